@@ -1,0 +1,203 @@
+"""One exception root, three error planes.
+
+Every error bastion raises while serving a request belongs to exactly one plane, and the plane fixes what the
+client sees:
+
+- ``http``: the request is refused before it is understood (credentials, Origin, session, version). The client
+  gets an HTTP status, optionally with a JSON-RPC error body without an id.
+- ``protocol``: a JSON-RPC error response (``error{code, message, data}``) to one request.
+- ``tool``: a ``tools/call`` result with ``isError: true`` whose text a model can read and act on.
+
+Foreign exceptions (httpx, redis, jsonschema, OSError) are translated at the module boundary that meets them, so
+nothing outside this hierarchy reaches the request handlers. Messages are written for the client: they never carry
+tracebacks, upstream URLs or secrets; details meant for operators go in ``log_detail``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+Plane = Literal["http", "protocol", "tool"]
+
+# JSON-RPC 2.0 and MCP codes.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+HEADER_MISMATCH = -32020
+MISSING_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+# bastion's own codes. The 2026-07-28 revision asks that application codes live outside -32768..-32000, so
+# they can never be mistaken for a spec-defined code.
+RATE_LIMITED = -31001
+UPSTREAM_UNAVAILABLE = -31002
+UPSTREAM_TIMEOUT = -31003
+LIMITER_UNAVAILABLE = -31004
+AUDIT_UNAVAILABLE = -31005
+REQUEST_TOO_LARGE = -31006
+
+
+class BastionError(Exception):
+    """Root of every exception bastion raises on purpose."""
+
+
+class ConfigError(BastionError):
+    """A configuration or policy file is wrong. Raised at load time, never while serving a request.
+
+    ``source`` names the file, ``path`` the key path inside it (``upstreams.files.command``), ``line`` the
+    1-based line when known.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, path: str | None = None,
+                 line: int | None = None) -> None:
+        self.message = message
+        self.source = source
+        self.path = path
+        self.line = line
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = ""
+        if self.source:
+            where = self.source + (f":{self.line}" if self.line else "")
+        if self.path:
+            where = f"{where} [{self.path}]" if where else f"[{self.path}]"
+        return f"{where}: {self.message}" if where else self.message
+
+
+class RequestError(BastionError):
+    """An error answering one client request. Subclasses fix the plane."""
+
+    plane: ClassVar[Plane]
+
+    def __init__(self, message: str, *, log_detail: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.log_detail = log_detail
+
+
+class HttpError(RequestError):
+    """Refuse the HTTP request itself. ``code`` adds a JSON-RPC error body (without id) when set."""
+
+    plane: ClassVar[Plane] = "http"
+
+    def __init__(self, status: int, message: str, *, code: int | None = None,
+                 data: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
+                 log_detail: str | None = None) -> None:
+        super().__init__(message, log_detail=log_detail)
+        self.status = status
+        self.code = code
+        self.data = dict(data) if data is not None else None
+        self.headers = dict(headers or {})
+
+
+class ProtocolError(RequestError):
+    """A JSON-RPC error response to one request."""
+
+    plane: ClassVar[Plane] = "protocol"
+
+    def __init__(self, code: int, message: str, *, data: Mapping[str, Any] | None = None,
+                 http_status: int = 200, log_detail: str | None = None) -> None:
+        super().__init__(message, log_detail=log_detail)
+        self.code = code
+        self.data = dict(data) if data is not None else None
+        # The modern revision pins HTTP statuses to some JSON-RPC errors (404 for -32601, 400 for -32602 on
+        # missing _meta); everything else travels with 200.
+        self.http_status = http_status
+
+    def to_error(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            err["data"] = self.data
+        return err
+
+
+class ToolError(RequestError):
+    """A ``tools/call`` that ends as an ``isError: true`` result the model can read."""
+
+    plane: ClassVar[Plane] = "tool"
+
+    def __init__(self, message: str, *, structured: Mapping[str, Any] | None = None,
+                 log_detail: str | None = None) -> None:
+        super().__init__(message, log_detail=log_detail)
+        self.structured = dict(structured) if structured is not None else None
+
+    def to_result(self) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": self.message}], "isError": True}
+
+
+# Specific errors. Each is a plane plus a fixed code, so call sites say what happened, not how to render it.
+
+
+class AuthenticationError(HttpError):
+    """Missing, malformed or invalid credentials: 401 with a ``WWW-Authenticate`` challenge."""
+
+    def __init__(self, message: str, *, challenge: str, log_detail: str | None = None) -> None:
+        super().__init__(401, message, headers={"WWW-Authenticate": challenge}, log_detail=log_detail)
+
+
+class InvalidParams(ProtocolError):
+    def __init__(self, message: str, *, data: Mapping[str, Any] | None = None, http_status: int = 200,
+                 log_detail: str | None = None) -> None:
+        super().__init__(INVALID_PARAMS, message, data=data, http_status=http_status, log_detail=log_detail)
+
+
+class UnknownTool(InvalidParams):
+    """Unknown tool, or (by default) a tool the policy hides: the two must look the same to the caller."""
+
+    def __init__(self, name: str, *, log_detail: str | None = None) -> None:
+        super().__init__(f"Unknown tool: {name}", log_detail=log_detail)
+        self.name = name
+
+
+class MethodNotFound(ProtocolError):
+    def __init__(self, method: str, *, http_status: int = 200) -> None:
+        super().__init__(METHOD_NOT_FOUND, f"Method not found: {method}", http_status=http_status)
+
+
+class RateLimited(ProtocolError):
+    """A limit tripped. ``data`` carries the limit's name and ``retryAfter`` in milliseconds."""
+
+    def __init__(self, limit: str, retry_after_ms: int, *, detail: Mapping[str, Any] | None = None) -> None:
+        data: dict[str, Any] = {"limit": limit, "retryAfter": max(0, int(retry_after_ms))}
+        if detail:
+            data.update(detail)
+        super().__init__(RATE_LIMITED, f"Rate limit exceeded ({limit}); retry after {data['retryAfter']} ms",
+                         data=data)
+        self.limit = limit
+        self.retry_after_ms = data["retryAfter"]
+
+
+class LimiterUnavailable(ProtocolError):
+    """The shared limiter cannot be consulted and the failure mode is ``closed``."""
+
+    def __init__(self, *, log_detail: str | None = None) -> None:
+        super().__init__(LIMITER_UNAVAILABLE, "Rate limiter unavailable; call refused (fail-closed)",
+                         log_detail=log_detail)
+
+
+class UpstreamUnavailable(ProtocolError):
+    def __init__(self, upstream: str, *, log_detail: str | None = None) -> None:
+        super().__init__(UPSTREAM_UNAVAILABLE, f"Upstream '{upstream}' is unavailable",
+                         data={"upstream": upstream}, log_detail=log_detail)
+        self.upstream = upstream
+
+
+class UpstreamTimeout(ProtocolError):
+    def __init__(self, upstream: str, timeout_s: float) -> None:
+        super().__init__(UPSTREAM_TIMEOUT, f"Upstream '{upstream}' did not answer within {timeout_s:g} s",
+                         data={"upstream": upstream, "timeoutMs": int(timeout_s * 1000)})
+        self.upstream = upstream
+
+
+class UpstreamRpcError(ProtocolError):
+    """A JSON-RPC error returned by an upstream, relayed to the caller (message sanitized by the caller)."""
+
+
+class AuditUnavailable(ProtocolError):
+    def __init__(self, *, log_detail: str | None = None) -> None:
+        super().__init__(AUDIT_UNAVAILABLE, "Audit sink unavailable; call refused (audit.required)",
+                         log_detail=log_detail)
