@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from bastion.principal import Principal
+from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 from bastion.tool import ToolEntry
 
 Era = Literal["legacy", "modern"]
@@ -55,6 +56,11 @@ class CallRecord:
     sanitize: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     upstream_ms: float | None = None
+    # Set by the policy guard for the rate-limit guard: the limits attached to the rules that allowed the call,
+    # and the tool's cost weight. Carried here (not recomputed) so both guards see one decision.
+    limits: tuple[RateLimitSpec, ...] = ()
+    concurrency: tuple[ConcurrencySpec, ...] = ()
+    cost: int = 1
 
 
 class RequestGuard(Protocol):

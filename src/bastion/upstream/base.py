@@ -1,0 +1,64 @@
+"""The back door's contract: one live connection to one upstream MCP server, whatever its transport.
+
+The gateway core only ever talks to upstreams through ``Upstream``; the transports (stdio, Streamable HTTP,
+legacy HTTP+SSE) implement it. Everything transport-specific (framing, sessions, re-initialization, restarts,
+era detection) stays behind this line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+UpstreamEra = Literal["legacy", "modern"]
+
+# A message the upstream sent that relates to one in-flight request: a notification (progress, log message) or
+# a server-to-client request (sampling/createMessage, elicitation/create, roots/list). For requests the handler
+# returns the JSON-RPC ``result`` object (or raises ``bastion.errors.ProtocolError`` to send an error back);
+# for notifications its return value is ignored.
+RelatedMessageHandler = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]
+
+# Notifications the upstream sent outside any request (``notifications/tools/list_changed`` and friends).
+NotificationHandler = Callable[[str, Mapping[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamInfo:
+    """What the upstream said about itself at connection time (``InitializeResult`` or ``DiscoverResult``)."""
+
+    era: UpstreamEra
+    protocol_version: str
+    capabilities: Mapping[str, Any] = field(default_factory=dict)
+    server_info: Mapping[str, Any] = field(default_factory=dict)
+    instructions: str | None = None
+
+
+class Upstream(Protocol):
+    """One upstream MCP server.
+
+    ``request`` sends one JSON-RPC request and returns its ``result`` object. It raises
+    ``bastion.errors.UpstreamRpcError`` for a JSON-RPC error answer, ``UpstreamUnavailable`` when the server cannot
+    be reached (or died), and ``UpstreamTimeout`` after ``timeout`` seconds, in which case the upstream is told to
+    cancel (``notifications/cancelled``, or closing the stream for modern HTTP). Cancelling the awaiting task
+    cancels the upstream request the same way. Request ids and progress tokens are the transport's own, so
+    callers may pass any ``params``: a client's ``progressToken`` is rewritten on the way out and restored on the
+    way back.
+    """
+
+    name: str
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        """``None`` until connected."""
+
+    async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        """Connect (spawn, initialize or discover). Raises ``UpstreamUnavailable`` on failure."""
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+                      on_message: RelatedMessageHandler | None = None) -> dict[str, Any]: ...
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None: ...
+
+    async def close(self) -> None:
+        """Shut down cleanly (stdio: close stdin, then SIGTERM, then SIGKILL; HTTP: DELETE the session)."""
