@@ -1,0 +1,321 @@
+"""The ``auth`` section of the gateway config: parsed and validated once, at load time.
+
+Three shapes are accepted::
+
+    auth: none                      # explicit anonymous mode (local use)
+    auth: {api_keys: [...], api_keys_file: keys.yaml, jwt: {...}, resource: ..., authorization_servers: [...]}
+    (absent)                        # anonymous, but only when bastion listens on a loopback address
+
+Only key *hashes* are accepted: a config file is reviewed, copied and committed, so it must never hold a secret.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+
+from bastion.errors import ConfigError
+
+AuthMode = Literal["none", "enabled"]
+
+HASH_PREFIX = "sha256:"
+_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_KEY_ID_RE = re.compile(r"^[^\s\x00-\x1f\x7f]{1,200}$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+# Asymmetric algorithms only. HS* would need a secret shared with the IdP and, worse, invites the classic
+# algorithm-confusion attack (an HMAC "signed" with the public key); ``none`` is no signature at all.
+SUPPORTED_ALGORITHMS = frozenset({
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA",
+})
+
+_TOP_KEYS = frozenset({"api_keys", "api_keys_file", "jwt", "resource", "authorization_servers", "scopes_supported"})
+_KEY_ENTRY_KEYS = frozenset({"id", "hash", "groups", "attributes"})
+_JWT_KEYS = frozenset({
+    "issuer", "audience", "jwks_url", "algorithms", "groups_claim", "principal_claim", "leeway", "jwks_cache_ttl",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyEntry:
+    """One API key as stored: never the key, only ``sha256:<hex>`` of it."""
+
+    id: str
+    hash: str
+    groups: frozenset[str] = frozenset()
+    attributes: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def digest(self) -> bytes:
+        return bytes.fromhex(self.hash.removeprefix(HASH_PREFIX))
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The entry as it is written in YAML (``auth.api_keys`` or the keys file)."""
+        out: dict[str, Any] = {"id": self.id, "hash": self.hash}
+        if self.groups:
+            out["groups"] = sorted(self.groups)
+        if self.attributes:
+            out["attributes"] = dict(self.attributes)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class JwtConfig:
+    issuer: str
+    audience: tuple[str, ...]
+    jwks_url: str
+    algorithms: tuple[str, ...] = ("RS256",)
+    groups_claim: str = "groups"
+    principal_claim: str = "sub"
+    leeway_s: float = 30.0
+    jwks_cache_ttl_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """``mode == "none"``: every caller is the anonymous principal. Otherwise at least one of ``api_keys`` and
+    ``jwt`` is set; ``resource`` (bastion's canonical URI) and ``authorization_servers`` are set whenever ``jwt`` is.
+    """
+
+    mode: AuthMode
+    api_keys: tuple[ApiKeyEntry, ...] = ()
+    jwt: JwtConfig | None = None
+    resource: str | None = None
+    authorization_servers: tuple[str, ...] = ()
+    scopes_supported: tuple[str, ...] = ()
+
+    @classmethod
+    def none(cls) -> AuthConfig:
+        return cls(mode="none")
+
+    @classmethod
+    def from_mapping(cls, data: object, path: str = "auth", *, listen_host: str,
+                     base_dir: Path | None = None) -> AuthConfig:
+        """Parse the ``auth`` section. ``data`` is the section's value: ``None`` when the key is absent, the
+        string ``"none"``, or a mapping. ``base_dir`` resolves a relative ``api_keys_file`` (the config file's
+        directory; the working directory when ``None``).
+        """
+        if data is None:
+            if is_loopback_host(listen_host):
+                return cls.none()
+            raise ConfigError(
+                f"no 'auth' section, and bastion listens on {listen_host!r}, which is not a loopback address; "
+                "configure api_keys or jwt, or write 'auth: none' explicitly to serve anonymous callers",
+                path=path)
+        if data == "none":
+            return cls.none()
+        if isinstance(data, str):
+            raise ConfigError(f"expected 'none' or a mapping, got {data!r}", path=path)
+        mapping = _mapping(data, path)
+        _reject_unknown(mapping, _TOP_KEYS, path)
+
+        entries = list(_parse_key_entries(mapping.get("api_keys", []), f"{path}.api_keys"))
+        if "api_keys_file" in mapping:
+            entries.extend(load_keys_file(mapping["api_keys_file"], f"{path}.api_keys_file", base_dir))
+        _reject_duplicates(entries, path)
+
+        resource = _opt_url(mapping.get("resource"), f"{path}.resource")
+        jwt_cfg = None
+        if "jwt" in mapping:
+            jwt_cfg = _parse_jwt(mapping["jwt"], f"{path}.jwt", resource)
+        if not entries and jwt_cfg is None:
+            raise ConfigError("no way to authenticate anyone: configure api_keys, api_keys_file or jwt, "
+                              "or write 'auth: none' for anonymous access", path=path)
+
+        servers = tuple(_url(u, f"{path}.authorization_servers[{i}]")
+                        for i, u in enumerate(_str_list(mapping.get("authorization_servers", []),
+                                                        f"{path}.authorization_servers")))
+        if jwt_cfg is not None:
+            if resource is None:
+                raise ConfigError("'resource' (bastion's canonical URI, e.g. https://bastion.example/mcp) is "
+                                  "required when jwt is configured: tokens are checked against it and the "
+                                  "protected resource metadata names it", path=f"{path}.resource")
+            # The token issuer is the authorization server in nearly every deployment; say so by default.
+            servers = servers or (jwt_cfg.issuer,)
+        scopes = tuple(_str_list(mapping.get("scopes_supported", []), f"{path}.scopes_supported"))
+        return cls(mode="enabled", api_keys=tuple(entries), jwt=jwt_cfg, resource=resource,
+                   authorization_servers=servers, scopes_supported=scopes)
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and addresses in 127.0.0.0/8 or ``::1``. Empty and wildcard hosts are not."""
+    host = host.strip().strip("[]").lower()
+    if host in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_keys_file(value: object, path: str, base_dir: Path | None = None) -> list[ApiKeyEntry]:
+    """Read a keys file: a YAML list of entries, or a mapping with a single ``api_keys`` list."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError("expected a file path", path=path)
+    file = Path(value)
+    if not file.is_absolute() and base_dir is not None:
+        file = base_dir / file
+    try:
+        text = file.read_text(encoding="utf-8")
+        doc = yaml.safe_load(text)
+    except OSError as exc:
+        raise ConfigError(f"cannot read keys file: {exc.strerror or exc}", path=path, source=str(file)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError("keys file is not valid YAML", source=str(file), line=line) from None
+    if isinstance(doc, Mapping):
+        _reject_unknown(doc, frozenset({"api_keys"}), "api_keys_file")
+        doc = doc.get("api_keys", [])
+    try:
+        return list(_parse_key_entries(doc if doc is not None else [], "api_keys"))
+    except ConfigError as exc:
+        raise ConfigError(exc.message, source=str(file), path=exc.path) from None
+
+
+def parse_duration(value: object, path: str) -> float:
+    """Seconds from ``30``, ``30s``, ``500ms``, ``5m`` or ``1h``."""
+    if isinstance(value, bool):
+        raise ConfigError("expected a duration such as '30s'", path=path)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+    else:
+        raise ConfigError(f"expected a duration such as '30s', got {value!r}", path=path)
+    if seconds < 0:
+        raise ConfigError("a duration cannot be negative", path=path)
+    return seconds
+
+
+def _parse_key_entries(value: object, path: str) -> list[ApiKeyEntry]:
+    if not isinstance(value, list):
+        raise ConfigError("expected a list of {id, hash, groups, attributes} entries", path=path)
+    return [parse_key_entry(item, f"{path}[{i}]") for i, item in enumerate(value)]
+
+
+def parse_key_entry(value: object, path: str) -> ApiKeyEntry:
+    if isinstance(value, str):
+        raise ConfigError("expected a mapping {id, hash}; if this is a key itself, do not put keys in config: "
+                          "store only its hash (see 'bastion keys hash')", path=path)
+    mapping = _mapping(value, path)
+    for plaintext in ("key", "secret", "api_key", "token"):
+        if plaintext in mapping:
+            raise ConfigError(f"'{plaintext}' looks like a plaintext key; config holds only hashes: replace it "
+                              "with 'hash: sha256:...' (see 'bastion keys hash')", path=f"{path}.{plaintext}")
+    _reject_unknown(mapping, _KEY_ENTRY_KEYS, path)
+    key_id = mapping.get("id")
+    if not isinstance(key_id, str) or not _KEY_ID_RE.match(key_id):
+        raise ConfigError("'id' must be a non-empty string without whitespace", path=f"{path}.id")
+    digest = mapping.get("hash")
+    if not isinstance(digest, str) or not _HASH_RE.match(digest.strip().lower()):
+        raise ConfigError("'hash' must be 'sha256:' followed by 64 hex digits; plaintext keys are not accepted "
+                          "(create the hash with 'bastion keys hash' or 'bastion keys generate')",
+                          path=f"{path}.hash")
+    groups = frozenset(_str_list(mapping.get("groups", []), f"{path}.groups"))
+    attributes = _mapping(mapping.get("attributes", {}), f"{path}.attributes")
+    for k in attributes:
+        if not isinstance(k, str):
+            raise ConfigError("attribute names must be strings", path=f"{path}.attributes")
+    return ApiKeyEntry(id=key_id, hash=digest.strip().lower(), groups=groups,
+                       attributes=MappingProxyType(dict(attributes)))
+
+
+def _reject_duplicates(entries: Sequence[ApiKeyEntry], path: str) -> None:
+    ids: set[str] = set()
+    hashes: set[str] = set()
+    for entry in entries:
+        if entry.id in ids:
+            raise ConfigError(f"duplicate API key id {entry.id!r}", path=f"{path}.api_keys")
+        if entry.hash in hashes:
+            # Two ids for one key would make the principal depend on table order.
+            raise ConfigError(f"API key {entry.id!r} has the same hash as another entry", path=f"{path}.api_keys")
+        ids.add(entry.id)
+        hashes.add(entry.hash)
+
+
+def _parse_jwt(value: object, path: str, resource: str | None) -> JwtConfig:
+    mapping = _mapping(value, path)
+    _reject_unknown(mapping, _JWT_KEYS, path)
+    issuer = _required_str(mapping, "issuer", path)
+    jwks_url = _url(_required_str(mapping, "jwks_url", path), f"{path}.jwks_url")
+    if urlsplit(jwks_url).scheme != "https" and not is_loopback_host(urlsplit(jwks_url).hostname or ""):
+        # Keys fetched over plain HTTP can be swapped by anyone on the path, which forges every token.
+        raise ConfigError("jwks_url must use https (plain http is allowed only for a loopback host)",
+                          path=f"{path}.jwks_url")
+    if "audience" in mapping:
+        raw_aud = mapping["audience"]
+        audience = tuple([raw_aud] if isinstance(raw_aud, str) else _str_list(raw_aud, f"{path}.audience"))
+        if not audience or not all(audience):
+            raise ConfigError("audience must be a non-empty string or list", path=f"{path}.audience")
+    elif resource is not None:
+        audience = (resource,)
+    else:
+        raise ConfigError("set 'auth.resource' (tokens must be issued for bastion itself) or 'audience'",
+                          path=f"{path}.audience")
+    algorithms = tuple(_str_list(mapping.get("algorithms", ["RS256"]), f"{path}.algorithms"))
+    if not algorithms:
+        raise ConfigError("list at least one algorithm", path=f"{path}.algorithms")
+    for alg in algorithms:
+        if alg not in SUPPORTED_ALGORITHMS:
+            raise ConfigError(f"algorithm {alg!r} is not allowed; use asymmetric algorithms only: "
+                              f"{', '.join(sorted(SUPPORTED_ALGORITHMS))}", path=f"{path}.algorithms")
+    ttl = parse_duration(mapping.get("jwks_cache_ttl", 300), f"{path}.jwks_cache_ttl")
+    return JwtConfig(
+        issuer=issuer, audience=audience, jwks_url=jwks_url, algorithms=algorithms,
+        groups_claim=_opt_str(mapping, "groups_claim", path) or "groups",
+        principal_claim=_opt_str(mapping, "principal_claim", path) or "sub",
+        leeway_s=parse_duration(mapping.get("leeway", 30), f"{path}.leeway"),
+        jwks_cache_ttl_s=max(ttl, 1.0),
+    )
+
+
+def _mapping(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"expected a mapping, got {type(value).__name__}", path=path)
+    return value
+
+
+def _reject_unknown(mapping: Mapping[str, Any], allowed: frozenset[str], path: str) -> None:
+    for key in mapping:
+        if key not in allowed:
+            raise ConfigError(f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})", path=f"{path}.{key}")
+
+
+def _str_list(value: object, path: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError("expected a list of non-empty strings", path=path)
+    return list(value)
+
+
+def _required_str(mapping: Mapping[str, Any], key: str, path: str) -> str:
+    value = mapping.get(key)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"'{key}' is required (a non-empty string)", path=f"{path}.{key}")
+    return value
+
+
+def _opt_str(mapping: Mapping[str, Any], key: str, path: str) -> str | None:
+    return _required_str(mapping, key, path) if key in mapping else None
+
+
+def _url(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError("expected a URL", path=path)
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
+        raise ConfigError(f"expected an absolute http(s) URL without fragment, got {value!r}", path=path)
+    return value
+
+
+def _opt_url(value: object, path: str) -> str | None:
+    return None if value is None else _url(value, path)
