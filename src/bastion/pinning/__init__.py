@@ -1,0 +1,46 @@
+"""Tool-definition pinning: trust on first use, quarantine on change, admin approval.
+
+The core wires it as: ``Pinning(open_store(cfg, redis), cfg)``; ``await pinning.reconcile(upstream, tools)`` after
+every tools/list refresh of an upstream (hide ``outcome.quarantined``, audit ``outcome.events``); and
+``PinGuard(snapshot)`` in the request guards.
+"""
+
+from bastion.pinning.config import PinningConfig
+from bastion.pinning.errors import (
+    CandidateMismatch,
+    NothingPending,
+    PinningError,
+    PinNotFound,
+    PinStoreCorrupt,
+    PinStoreUnavailable,
+)
+from bastion.pinning.fingerprint import FINGERPRINTED_FIELDS, diff, fingerprint
+from bastion.pinning.guard import PinGuard, QuarantineSnapshot
+from bastion.pinning.model import Candidate, Pin, PinEvent, PinnedTool
+from bastion.pinning.service import Pinning, PinOutcome
+from bastion.pinning.store import FilePinStore, PinStore, RedisPinStore, open_store
+
+__all__ = [
+    "FINGERPRINTED_FIELDS",
+    "Candidate",
+    "CandidateMismatch",
+    "FilePinStore",
+    "NothingPending",
+    "Pin",
+    "PinEvent",
+    "PinGuard",
+    "PinNotFound",
+    "PinOutcome",
+    "PinStore",
+    "PinStoreCorrupt",
+    "PinStoreUnavailable",
+    "PinnedTool",
+    "Pinning",
+    "PinningConfig",
+    "PinningError",
+    "QuarantineSnapshot",
+    "RedisPinStore",
+    "diff",
+    "fingerprint",
+    "open_store",
+]

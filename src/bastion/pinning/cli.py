@@ -1,0 +1,182 @@
+"""``bastion pins list | diff | approve | reject``: the admin's side of trust on first use.
+
+The commands run on an injected store: ``register`` takes a ``store_factory`` (by default one reading
+``--pins-file`` / ``--redis-url``), so the main CLI can build the store from the gateway config instead.
+
+Exit codes: 0 done; 1 no such pin, nothing pending, or the pending change is not the reviewed one; 2 usage;
+3 the store is unavailable or unreadable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TextIO
+
+import redis.asyncio as aioredis
+
+from bastion.pinning.config import PinningConfig
+from bastion.pinning.errors import PinningError, PinStoreUnavailable
+from bastion.pinning.fingerprint import short
+from bastion.pinning.service import Pinning
+from bastion.pinning.store import DEFAULT_KEY_PREFIX, FilePinStore, PinStore, RedisPinStore
+
+StoreFactory = Callable[[argparse.Namespace], PinStore]
+Command = Callable[[Pinning, argparse.Namespace, TextIO], Awaitable[int]]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Raised by a store factory when the arguments name no usable store."""
+
+
+def store_from_args(args: argparse.Namespace) -> PinStore:
+    if getattr(args, "redis_url", None):
+        try:
+            client = aioredis.Redis.from_url(args.redis_url)
+        except ValueError as exc:
+            raise UsageError(f"invalid --redis-url: {exc}") from None
+        return RedisPinStore(client, key_prefix=args.redis_key_prefix)
+    if getattr(args, "pins_file", None):
+        return FilePinStore(args.pins_file)
+    raise UsageError("say where the pins are: --pins-file PATH or --redis-url URL")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], *,
+             store_factory: StoreFactory = store_from_args) -> argparse.ArgumentParser:
+    """Add ``pins`` and its subcommands; each leaf parser's ``func(args)`` returns an exit code."""
+    store_opts = argparse.ArgumentParser(add_help=False)
+    where = store_opts.add_argument_group("pin store")
+    where.add_argument("--pins-file", metavar="PATH", help="the file store (pinning.file)")
+    where.add_argument("--redis-url", metavar="URL", help="the Redis store, e.g. redis://127.0.0.1:6379/0")
+    where.add_argument("--redis-key-prefix", default=DEFAULT_KEY_PREFIX, help=argparse.SUPPRESS)
+
+    pins = subparsers.add_parser("pins", help="review and approve changed tool definitions")
+    commands = pins.add_subparsers(dest="pins_command", required=True, metavar="COMMAND")
+
+    p = commands.add_parser("list", parents=[store_opts], help="list pinned tools")
+    p.add_argument("--upstream", metavar="U")
+    p.add_argument("--status", choices=["approved", "quarantined"])
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(func=_runner(_list, store_factory))
+
+    p = commands.add_parser("diff", parents=[store_opts], help="show a quarantined tool's pending change")
+    p.add_argument("upstream")
+    p.add_argument("tool")
+    p.set_defaults(func=_runner(_diff, store_factory))
+
+    for name, command, what in (("approve", _approve, "approve the pending change"),
+                                ("reject", _reject, "reject the pending change; the tool stays quarantined")):
+        p = commands.add_parser(name, parents=[store_opts], help=what)
+        p.add_argument("upstream")
+        p.add_argument("tool")
+        p.add_argument("--by", metavar="NAME", default=None, help="who decides (default: the login name)")
+        p.add_argument("--fingerprint", metavar="FP",
+                       help="only if the pending change still has this fingerprint (or prefix), as shown by diff")
+        p.set_defaults(func=_runner(command, store_factory))
+    return pins
+
+
+def _runner(command: Command, store_factory: StoreFactory) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            store = store_factory(args)
+        except UsageError as exc:
+            print(f"bastion pins: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        return asyncio.run(_run(command, store, args))
+
+    return run
+
+
+async def _run(command: Command, store: PinStore, args: argparse.Namespace) -> int:
+    try:
+        return await command(Pinning(store, PinningConfig()), args, sys.stdout)
+    except PinStoreUnavailable as exc:
+        print(f"bastion pins: error: pin store unavailable: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    except PinningError as exc:
+        print(f"bastion pins: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        with contextlib.suppress(PinStoreUnavailable):
+            await store.close()
+
+
+async def _list(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> int:
+    items = await pinning.list(args.upstream, status=args.status)
+    if args.json:
+        for item in items:
+            out.write(json.dumps({"upstream": item.upstream, "tool": item.pin.tool, **item.pin.to_json()},
+                                 sort_keys=True, ensure_ascii=False) + "\n")
+        return EXIT_OK
+    if not items:
+        out.write("no pins\n")
+        return EXIT_OK
+    rows = [("UPSTREAM", "TOOL", "STATUS", "FINGERPRINT", "APPROVED BY", "APPROVED AT", "PENDING")]
+    for item in items:
+        pin, cand = item.pin, item.pin.candidate
+        pending = "-" if cand is None else short(cand.fingerprint) + (
+            f" (rejected by {cand.rejected_by})" if cand.rejected_by else "")
+        rows.append((item.upstream, pin.tool, pin.status, short(pin.fingerprint), pin.approved_by,
+                     pin.approved_at, pending))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1] + "\n")
+    return EXIT_OK
+
+
+async def _diff(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> int:
+    lines = await pinning.diff(args.upstream, args.tool)
+    pin = await pinning.get(args.upstream, args.tool)
+    assert pin.candidate is not None
+    cand = pin.candidate
+    out.write(f"{args.upstream}/{args.tool}: {pin.status} since {cand.first_seen}"
+              + (f", rejected by {cand.rejected_by} at {cand.rejected_at}" if cand.rejected_by else "") + "\n")
+    out.write(f"  approved {pin.fingerprint} (by {pin.approved_by}, {pin.approved_at})\n")
+    out.write(f"  pending  {cand.fingerprint}\n\n")
+    for line in lines:
+        out.write(f"  {line}\n")
+    out.write(f"\napprove with: bastion pins approve {args.upstream} {args.tool} "
+              f"--fingerprint {short(cand.fingerprint)}\n")
+    return EXIT_OK
+
+
+async def _approve(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> int:
+    event = await pinning.approve(args.upstream, args.tool, _who(args), fingerprint=args.fingerprint)
+    out.write(f"approved {event.upstream}/{event.tool}: {short(event.new_fingerprint)} "
+              f"(was {short(event.old_fingerprint or '')}) by {event.by}\n")
+    return EXIT_OK
+
+
+async def _reject(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> int:
+    event = await pinning.reject(args.upstream, args.tool, _who(args), fingerprint=args.fingerprint)
+    out.write(f"rejected {event.upstream}/{event.tool}: {short(event.new_fingerprint)} by {event.by}; "
+              f"the tool stays quarantined until its definition changes again or is approved\n")
+    return EXIT_OK
+
+
+def _who(args: argparse.Namespace) -> str:
+    if args.by:
+        return str(args.by)
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "cli"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bastion")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Pinning as the gateway and the admin CLI use it: reconcile listings, approve, reject, list, diff.
+
+``reconcile`` never raises for a store failure: a tool whose pin cannot be checked is quarantined (fail closed),
+and the outcome says ``degraded`` so the core can refresh again soon.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from bastion.pinning import decide as rules
+from bastion.pinning.config import PinningConfig
+from bastion.pinning.errors import CandidateMismatch, NothingPending, PinNotFound, PinStoreUnavailable
+from bastion.pinning.fingerprint import diff as diff_definitions
+from bastion.pinning.model import Pin, PinEvent, PinnedTool, PinStatus
+from bastion.pinning.store import PinStore
+
+log = structlog.get_logger("bastion.pinning")
+
+
+@dataclass(frozen=True, slots=True)
+class PinOutcome:
+    """What the core does after a refresh: hide ``quarantined``, audit ``events``; retry soon when ``degraded``."""
+
+    upstream: str
+    quarantined: frozenset[str]
+    events: tuple[PinEvent, ...] = ()
+    decisions: Mapping[str, rules.Decision] | None = None
+    degraded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """One admin change, in the shape ``PinStore.update`` expects."""
+
+    writes: Mapping[str, Pin]
+    pin: Pin
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Pinning:
+    def __init__(self, store: PinStore, cfg: PinningConfig, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self.store = store
+        self.cfg = cfg
+        self._clock = clock
+
+    def _now(self) -> str:
+        return self._clock().astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    async def reconcile(self, upstream: str, tools: Sequence[Mapping[str, Any]]) -> PinOutcome:
+        """Check the tools ``upstream`` lists now (as it sent them) against their pins."""
+        if not self.cfg.enabled:
+            return PinOutcome(upstream=upstream, quarantined=frozenset())
+        trusted = self.cfg.is_trusted(upstream)
+        now = self._now()
+        try:
+            result = await self.store.update(
+                upstream, lambda pins: rules.decide(pins, tools, upstream=upstream, trusted=trusted, now=now))
+        except PinStoreUnavailable as exc:
+            names = frozenset(t["name"] for t in tools if isinstance(t.get("name"), str))
+            log.error("pin.unavailable", upstream=upstream, quarantined=len(names), detail=str(exc))
+            return PinOutcome(upstream=upstream, quarantined=names, degraded=True)
+        for event in result.events:
+            level = log.info if event.event == "pin.new" else log.warning
+            level(event.event, **{k: v for k, v in event.to_log().items() if k != "event"})
+        return PinOutcome(upstream=upstream, quarantined=result.quarantined, events=result.events,
+                          decisions=result.decisions)
+
+    async def approve(self, upstream: str, tool: str, by: str, *, fingerprint: str | None = None) -> PinEvent:
+        """Approve the pending change. ``fingerprint``, when given, must be the candidate the admin reviewed."""
+        now = self._now()
+
+        def plan(pins: Mapping[str, Pin]) -> _Change:
+            pin = self._pending(pins, upstream, tool, fingerprint)
+            new = rules.approve(pin, by=by, now=now)
+            return _Change(writes={tool: new}, pin=pin)
+
+        old = (await self.store.update(upstream, plan)).pin
+        assert old.candidate is not None
+        event = PinEvent("pin.approved", "approved", upstream, tool, old.candidate.fingerprint,
+                         old_fingerprint=old.fingerprint, diff=tuple(diff_definitions(old.definition,
+                                                                                      old.candidate.definition)),
+                         by=by)
+        log.warning(event.event, **{k: v for k, v in event.to_log().items() if k != "event"})
+        return event
+
+    async def reject(self, upstream: str, tool: str, by: str, *, fingerprint: str | None = None) -> PinEvent:
+        """Reject the pending change: the tool stays quarantined until the upstream changes it again."""
+        now = self._now()
+
+        def plan(pins: Mapping[str, Pin]) -> _Change:
+            pin = self._pending(pins, upstream, tool, fingerprint)
+            return _Change(writes={tool: rules.reject(pin, by=by, now=now)}, pin=pin)
+
+        old = (await self.store.update(upstream, plan)).pin
+        assert old.candidate is not None
+        event = PinEvent("pin.rejected", "rejected", upstream, tool, old.candidate.fingerprint,
+                         old_fingerprint=old.fingerprint, by=by)
+        log.warning(event.event, **{k: v for k, v in event.to_log().items() if k != "event"})
+        return event
+
+    async def list(self, upstream: str | None = None, *, status: PinStatus | None = None) -> list[PinnedTool]:
+        """Pins sorted by upstream and tool, optionally of one upstream and one status."""
+        if upstream is None:
+            by_upstream = await self.store.load_all()
+        else:
+            by_upstream = {upstream: await self.store.load(upstream)}
+        return [PinnedTool(up, pin) for up in sorted(by_upstream) for _, pin in sorted(by_upstream[up].items())
+                if status is None or pin.status == status]
+
+    async def get(self, upstream: str, tool: str) -> Pin:
+        pin = (await self.store.load(upstream)).get(tool)
+        if pin is None:
+            raise PinNotFound(upstream, tool)
+        return pin
+
+    async def diff(self, upstream: str, tool: str) -> builtins.list[str]:
+        """The approved definition against the pending one, field by field."""
+        pin = await self.get(upstream, tool)
+        if pin.candidate is None:
+            raise NothingPending(upstream, tool)
+        return diff_definitions(pin.definition, pin.candidate.definition)
+
+    @staticmethod
+    def _pending(pins: Mapping[str, Pin], upstream: str, tool: str, fingerprint: str | None) -> Pin:
+        pin = pins.get(tool)
+        if pin is None:
+            raise PinNotFound(upstream, tool)
+        if pin.candidate is None:
+            raise NothingPending(upstream, tool)
+        if fingerprint is not None and not pin.candidate.fingerprint.startswith(fingerprint):
+            raise CandidateMismatch(upstream, tool, fingerprint, pin.candidate.fingerprint)
+        return pin

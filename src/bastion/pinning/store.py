@@ -1,0 +1,229 @@
+"""Where pins live: a JSON file (one gateway) or Redis (shared by replicas), behind one small protocol.
+
+Every write is a read-modify-write of one upstream's pins, done atomically so two replicas (or a replica and the
+admin CLI) reconciling or approving at once cannot lose each other's changes: the file store holds an exclusive
+``flock`` on a side lock file, the Redis store uses WATCH/MULTI and retries on conflict. The ``plan`` callback is
+pure and may run more than once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import redis.asyncio as aioredis
+import redis.exceptions as redis_errors
+import structlog
+
+from bastion.pinning.config import PinningConfig
+from bastion.pinning.errors import PinStoreCorrupt, PinStoreUnavailable
+from bastion.pinning.model import Pin, PinDataError
+
+log = structlog.get_logger("bastion.pinning")
+
+DEFAULT_KEY_PREFIX = "bastion:pins:"
+_FILE_VERSION = 1
+_MAX_ATTEMPTS = 16
+
+
+class PinWrites(Protocol):
+    @property
+    def writes(self) -> Mapping[str, Pin]: ...
+
+
+W = TypeVar("W", bound=PinWrites)
+T = TypeVar("T")
+
+
+class PinStore(Protocol):
+    async def load(self, upstream: str) -> dict[str, Pin]:
+        """The pins of one upstream, by tool name."""
+
+    async def load_all(self) -> dict[str, dict[str, Pin]]:
+        """Every upstream's pins."""
+
+    async def update(self, upstream: str, plan: Callable[[Mapping[str, Pin]], W]) -> W:
+        """Atomically read ``upstream``'s pins, call ``plan`` on them and store its ``writes``; return its result."""
+
+    async def close(self) -> None: ...
+
+
+def _decode_pins(raw: Mapping[str, Any], where: str) -> dict[str, Pin]:
+    try:
+        return {tool: Pin.from_json(tool, data) for tool, data in raw.items()}
+    except PinDataError as exc:
+        raise PinStoreCorrupt(f"{where}: {exc}") from None
+
+
+class FilePinStore:
+    """Pins in one JSON file: ``{"version": 1, "upstreams": {upstream: {tool: pin}}}``.
+
+    Written to a temporary file in the same directory and renamed over the old one, so a reader (another process,
+    or ``load`` here, which takes no lock) sees the old file or the new one, never half of one.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock = asyncio.Lock()
+
+    async def load(self, upstream: str) -> dict[str, Pin]:
+        doc = await asyncio.to_thread(self._read)
+        return _decode_pins(doc["upstreams"].get(upstream, {}), str(self.path))
+
+    async def load_all(self) -> dict[str, dict[str, Pin]]:
+        doc = await asyncio.to_thread(self._read)
+        return {up: _decode_pins(pins, str(self.path)) for up, pins in doc["upstreams"].items()}
+
+    async def update(self, upstream: str, plan: Callable[[Mapping[str, Pin]], W]) -> W:
+        # The asyncio lock keeps this process's writers from piling up threads on the flock.
+        async with self._lock:
+            return await asyncio.to_thread(self._update, upstream, plan)
+
+    async def close(self) -> None:
+        return None
+
+    def _update(self, upstream: str, plan: Callable[[Mapping[str, Pin]], W]) -> W:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self._lock_path, "a+b") as lock_file:
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+                doc = self._read()
+                result = plan(_decode_pins(doc["upstreams"].get(upstream, {}), str(self.path)))
+                if result.writes:
+                    pins = dict(doc["upstreams"].get(upstream, {}))
+                    pins.update({tool: pin.to_json() for tool, pin in result.writes.items()})
+                    doc["upstreams"][upstream] = pins
+                    self._write(doc)
+                return result
+        except OSError as exc:
+            raise PinStoreUnavailable(f"pin file {self.path}: {exc.strerror or exc}") from None
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {"version": _FILE_VERSION, "upstreams": {}}
+        except OSError as exc:
+            raise PinStoreUnavailable(f"pin file {self.path}: {exc.strerror or exc}") from None
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            raise PinStoreCorrupt(f"pin file {self.path}: not valid JSON") from None
+        if (not isinstance(doc, dict) or doc.get("version") != _FILE_VERSION
+                or not isinstance(doc.get("upstreams"), dict)
+                or not all(isinstance(v, dict) for v in doc["upstreams"].values())):
+            raise PinStoreCorrupt(f"pin file {self.path}: expected {{'version': 1, 'upstreams': {{...}}}}")
+        return doc
+
+    def _write(self, doc: Mapping[str, Any]) -> None:
+        data = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+class RedisPinStore:
+    """Pins in Redis, one hash per upstream: ``<prefix><upstream>``, field = tool name, value = the pin's JSON.
+
+    ``timeout_s`` bounds every operation, so a hung Redis counts as down (and tools are quarantined) instead of
+    stalling a catalogue refresh.
+    """
+
+    def __init__(self, client: aioredis.Redis, *, key_prefix: str = DEFAULT_KEY_PREFIX,
+                 timeout_s: float = 5.0) -> None:
+        self._client = client
+        self._prefix = key_prefix
+        self._timeout_s = timeout_s
+
+    def key(self, upstream: str) -> str:
+        return self._prefix + upstream
+
+    async def load(self, upstream: str) -> dict[str, Pin]:
+        key = self.key(upstream)
+        raw = await self._guard(self._client.hgetall(key))
+        return _decode_hash(raw, key)
+
+    async def load_all(self) -> dict[str, dict[str, Pin]]:
+        async def scan() -> dict[str, dict[str, Pin]]:
+            out: dict[str, dict[str, Pin]] = {}
+            async for key in self._client.scan_iter(match=_glob_escape(self._prefix) + "*", count=200):
+                name = _text(key)
+                out[name[len(self._prefix):]] = _decode_hash(await self._client.hgetall(name), name)
+            return out
+
+        return await self._guard(scan())
+
+    async def update(self, upstream: str, plan: Callable[[Mapping[str, Pin]], W]) -> W:
+        key = self.key(upstream)
+
+        async def transact() -> W:
+            async with self._client.pipeline(transaction=True) as pipe:
+                for _ in range(_MAX_ATTEMPTS):
+                    try:
+                        await pipe.watch(key)
+                        result = plan(_decode_hash(await pipe.hgetall(key), key))
+                        if not result.writes:
+                            await pipe.unwatch()  # type: ignore[no-untyped-call]
+                            return result
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        pipe.hset(key, mapping={tool: json.dumps(pin.to_json(), sort_keys=True, ensure_ascii=False)
+                                                for tool, pin in result.writes.items()})
+                        await pipe.execute()
+                        return result
+                    except redis_errors.WatchError:
+                        continue
+            raise PinStoreUnavailable(f"pins of {upstream!r}: too many concurrent writers, gave up")
+
+        return await self._guard(transact())
+
+    async def close(self) -> None:
+        await self._guard(self._client.aclose())
+
+    async def _guard(self, op: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await op
+        except TimeoutError:
+            raise PinStoreUnavailable(f"redis did not answer within {self._timeout_s:g} s") from None
+        except (redis_errors.RedisError, OSError) as exc:
+            raise PinStoreUnavailable(f"redis error: {type(exc).__name__}") from None
+
+
+def _decode_hash(raw: Mapping[Any, Any], key: str) -> dict[str, Pin]:
+    try:
+        return {_text(f): Pin.from_json(_text(f), json.loads(_text(v))) for f, v in raw.items()}
+    except (PinDataError, ValueError) as exc:
+        raise PinStoreCorrupt(f"redis key {key}: {exc}") from None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def open_store(cfg: PinningConfig, redis_client: aioredis.Redis | None, *,
+               key_prefix: str = DEFAULT_KEY_PREFIX) -> PinStore:
+    """The store ``cfg`` asks for, on the gateway's Redis client when it has one."""
+    if cfg.store_kind(have_redis=redis_client is not None) == "redis":
+        assert redis_client is not None
+        return RedisPinStore(redis_client, key_prefix=key_prefix)
+    return FilePinStore(cfg.file)
