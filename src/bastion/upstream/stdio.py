@@ -1,0 +1,191 @@
+"""An upstream MCP server run as a child process, speaking newline-delimited JSON-RPC on stdin/stdout.
+
+The child gets a minimal environment (``INHERITED_ENV`` plus its configured ``env``), so bastion's own secrets
+never leak into servers that do not need them. Its stderr is the server's log and goes into ours. When the
+child dies, requests in flight fail with ``UpstreamUnavailable`` and the supervisor restarts it; a restarted
+server may have a different tool list, so the restart is announced as ``notifications/tools/list_changed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import structlog
+
+from bastion import __version__
+from bastion.errors import UpstreamUnavailable
+from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.handshake import initialize_params, parse_initialize_result
+from bastion.upstream.session import Pending, RpcSession
+from bastion.upstream.supervisor import Backoff, Supervisor
+
+__all__ = ["INHERITED_ENV", "StdioUpstream"]
+
+log = structlog.get_logger("bastion.upstream")
+
+# What a typical server (python, node, npx) needs to start; everything else must be configured explicitly.
+INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+
+LIST_CHANGED = "notifications/tools/list_changed"
+
+
+class StdioUpstream:
+    def __init__(self, name: str, command: Sequence[str], env: Mapping[str, str] | None = None,
+                 cwd: str | None = None, *, init_timeout: float = 30.0, backoff_initial: float = 0.5,
+                 backoff_max: float = 30.0, shutdown_grace: float = 2.0,
+                 max_message_bytes: int = 64 * 1024 * 1024) -> None:
+        if not command:
+            raise ValueError("command must not be empty")
+        self.name = name
+        self._command = list(command)
+        self._env = dict(env or {})
+        self._cwd = cwd
+        self._init_timeout = init_timeout
+        self._grace = shutdown_grace
+        self._limit = max_message_bytes
+        self._rpc = RpcSession(name, self._write)
+        self._supervisor = Supervisor(name, self._connect, self._announce_restart,
+                                      Backoff(backoff_initial, backoff_max))
+        self._proc: asyncio.subprocess.Process | None = None
+        self._closing = False
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        return self._supervisor.info
+
+    @property
+    def pid(self) -> int | None:
+        """The current child's pid (operators and tests use it to find the process)."""
+        return self._proc.pid if self._proc is not None else None
+
+    async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        self._rpc.on_notification = on_notification
+        return await self._supervisor.start()
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+                      on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
+        await self._supervisor.ready(timeout)
+        return await self._rpc.call(method, params, timeout=timeout, on_message=on_message,
+                                    transmit=self._transmit)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        await self._rpc.notify(method, params)
+
+    async def close(self) -> None:
+        self._closing = True
+        await self._supervisor.aclose()
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            await self._stop(proc)
+        await self._rpc.aclose()
+
+    # -- process lifecycle -----------------------------------------------------------------------------------
+
+    def _child_env(self) -> dict[str, str]:
+        env = {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None}
+        env.update(self._env)
+        return env
+
+    async def _connect(self) -> UpstreamInfo:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=self._child_env(), cwd=self._cwd, limit=self._limit,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise UpstreamUnavailable(self.name, log_detail=f"cannot start {self._command[0]!r}: {exc}") from None
+        log.info("upstream.spawned", upstream=self.name, pid=proc.pid, command=self._command[0])
+        self._proc = proc
+        self._rpc.spawn(self._read_stdout(proc))
+        self._rpc.spawn(self._read_stderr(proc))
+        try:
+            result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
+                                          on_message=None, transmit=self._transmit)
+            info = parse_initialize_result(self.name, result)
+            await self._rpc.notify("notifications/initialized")
+        except BaseException:
+            self._proc = None
+            await self._stop(proc)
+            raise
+        return info
+
+    async def _announce_restart(self) -> None:
+        await self._rpc.on_notification(LIST_CHANGED, {})
+
+    async def _stop(self, proc: asyncio.subprocess.Process) -> None:
+        # The spec's order: EOF on stdin lets a well-behaved server finish; signals are for the others.
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+        for signal_it in (None, proc.terminate, proc.kill):
+            if signal_it is not None:
+                try:
+                    signal_it()
+                except ProcessLookupError:
+                    break
+            try:
+                async with asyncio.timeout(self._grace):
+                    await proc.wait()
+                break
+            except TimeoutError:
+                continue
+        await proc.wait()
+
+    # -- framing ---------------------------------------------------------------------------------------------
+
+    async def _transmit(self, pending: Pending) -> None:
+        await self._write(pending.message)
+
+    async def _write(self, message: dict[str, Any]) -> None:
+        proc = self._proc
+        stdin = proc.stdin if proc is not None else None
+        if stdin is None or stdin.is_closing():
+            raise UpstreamUnavailable(self.name, log_detail="process not running")
+        try:
+            stdin.write(orjson.dumps(message) + b"\n")
+            await stdin.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            raise UpstreamUnavailable(self.name, log_detail=f"write to stdin failed: {exc!r}") from None
+
+    async def _read_stdout(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        detail = "stdout closed"
+        try:
+            while line := await proc.stdout.readline():
+                if line.isspace():
+                    continue
+                try:
+                    message = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    log.warning("upstream.bad_json", upstream=self.name, size=len(line))
+                    continue
+                await self._rpc.handle(message)
+        except (ValueError, OSError) as exc:
+            # ValueError: a line beyond max_message_bytes; the stream cannot be resynchronised safely.
+            detail = f"stdout unreadable: {exc!r}"
+        if self._closing or proc is not self._proc:
+            return
+        self._proc = None
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        code = await proc.wait()
+        self._rpc.fail_all(f"{detail}; exit code {code}")
+        self._supervisor.lost(f"{detail}; exit code {code}")
+
+    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        while True:
+            try:
+                line = await proc.stderr.readline()
+            except ValueError:
+                continue
+            if not line:
+                return
+            log.info("upstream.stderr", upstream=self.name,
+                     line=line.rstrip(b"\r\n").decode("utf-8", errors="replace"))
