@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from bastion.pinning import (
+    CandidateMismatch,
+    FilePinStore,
+    NothingPending,
+    Pinning,
+    PinningConfig,
+    PinNotFound,
+    fingerprint,
+)
+from tests.pinning.tools import POISONED, list_dir, read_file
+
+
+def make(tmp_path: Path, **cfg: object) -> Pinning:
+    return Pinning(FilePinStore(tmp_path / "pins.json"), PinningConfig.from_mapping(cfg),
+                   clock=lambda: datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
+
+
+async def test_first_listing_pins_and_a_change_quarantines(tmp_path: Path) -> None:
+    pinning = make(tmp_path)
+    first = await pinning.reconcile("files", [read_file(), list_dir()])
+    assert first.quarantined == frozenset()
+    assert [e.event for e in first.events] == ["pin.new", "pin.new"]
+    assert not first.degraded
+
+    changed = await pinning.reconcile("files", [read_file(POISONED), list_dir()])
+    assert changed.quarantined == {"read_file"}
+    (drift,) = changed.events
+    assert drift.to_log() == {
+        "event": "pin.drift", "action": "quarantined", "upstream": "files", "tool": "read_file",
+        "old_fingerprint": fingerprint(read_file()), "new_fingerprint": fingerprint(read_file(POISONED)),
+        "diff": [f'description: "Reads a file" -> "{POISONED}"'],
+    }
+    assert await pinning.diff("files", "read_file") == [f'description: "Reads a file" -> "{POISONED}"']
+    quarantined = await pinning.list(status="quarantined")
+    assert [(p.upstream, p.pin.tool) for p in quarantined] == [("files", "read_file")]
+    assert [p.pin.tool for p in await pinning.list("files")] == ["list_dir", "read_file"]
+    assert await pinning.list("other") == []
+
+
+async def test_approve_releases_the_tool(tmp_path: Path) -> None:
+    pinning = make(tmp_path)
+    await pinning.reconcile("files", [read_file()])
+    await pinning.reconcile("files", [read_file(POISONED)])
+    event = await pinning.approve("files", "read_file", "alice", fingerprint=fingerprint(read_file(POISONED))[:19])
+    assert (event.event, event.by, event.new_fingerprint) == ("pin.approved", "alice",
+                                                              fingerprint(read_file(POISONED)))
+    pin = await pinning.get("files", "read_file")
+    assert (pin.status, pin.approved_by, pin.approved_at, pin.candidate) == (
+        "approved", "alice", "2026-03-01T12:00:00Z", None)
+    outcome = await pinning.reconcile("files", [read_file(POISONED)])
+    assert outcome.quarantined == frozenset()
+    assert outcome.events == ()
+    with pytest.raises(NothingPending):
+        await pinning.approve("files", "read_file", "alice")
+    with pytest.raises(NothingPending):
+        await pinning.diff("files", "read_file")
+
+
+async def test_reject_keeps_the_tool_quarantined(tmp_path: Path) -> None:
+    pinning = make(tmp_path)
+    await pinning.reconcile("files", [read_file()])
+    await pinning.reconcile("files", [read_file(POISONED)])
+    event = await pinning.reject("files", "read_file", "bob")
+    assert (event.event, event.action, event.by) == ("pin.rejected", "rejected", "bob")
+    pin = await pinning.get("files", "read_file")
+    assert pin.candidate is not None
+    assert (pin.status, pin.candidate.rejected_by) == ("quarantined", "bob")
+    again = await pinning.reconcile("files", [read_file(POISONED)])
+    assert (again.quarantined, again.events) == ({"read_file"}, ())
+    # The admin may still approve a rejected change.
+    await pinning.approve("files", "read_file", "alice")
+    assert (await pinning.reconcile("files", [read_file(POISONED)])).quarantined == frozenset()
+
+
+async def test_approving_a_change_other_than_the_reviewed_one_is_refused(tmp_path: Path) -> None:
+    pinning = make(tmp_path)
+    await pinning.reconcile("files", [read_file()])
+    await pinning.reconcile("files", [read_file(POISONED)])
+    reviewed = fingerprint(read_file(POISONED))
+    await pinning.reconcile("files", [read_file(POISONED + " Even worse.")])
+    with pytest.raises(CandidateMismatch, match="review it again"):
+        await pinning.approve("files", "read_file", "alice", fingerprint=reviewed)
+    assert (await pinning.get("files", "read_file")).status == "quarantined"
+
+
+async def test_unknown_pins(tmp_path: Path) -> None:
+    pinning = make(tmp_path)
+    with pytest.raises(PinNotFound, match="no pin for tool 'nope' of upstream 'files'"):
+        await pinning.approve("files", "nope", "alice")
+    with pytest.raises(PinNotFound):
+        await pinning.reject("files", "nope", "alice")
+    with pytest.raises(PinNotFound):
+        await pinning.diff("files", "nope")
+
+
+async def test_trusted_upstreams_auto_approve_but_audit(tmp_path: Path) -> None:
+    pinning = make(tmp_path, trusted_upstreams=["internal"])
+    await pinning.reconcile("internal", [read_file()])
+    await pinning.reconcile("files", [read_file()])
+    trusted = await pinning.reconcile("internal", [read_file(POISONED)])
+    assert trusted.quarantined == frozenset()
+    assert [(e.event, e.action) for e in trusted.events] == [("pin.drift", "auto_approved")]
+    assert (await pinning.get("internal", "read_file")).approved_by == "trusted-upstream"
+    untrusted = await pinning.reconcile("files", [read_file(POISONED)])
+    assert untrusted.quarantined == {"read_file"}
+
+
+async def test_trusted_set_from_upstream_sections(tmp_path: Path) -> None:
+    pinning = Pinning(FilePinStore(tmp_path / "pins.json"), PinningConfig().with_trusted(["internal"]))
+    await pinning.reconcile("internal", [read_file()])
+    assert (await pinning.reconcile("internal", [read_file(POISONED)])).quarantined == frozenset()
+
+
+async def test_disabled_pinning_touches_nothing(tmp_path: Path) -> None:
+    pinning = make(tmp_path, enabled=False)
+    outcome = await pinning.reconcile("files", [read_file()])
+    assert (outcome.quarantined, outcome.events) == (frozenset(), ())
+    assert not (tmp_path / "pins.json").exists()
