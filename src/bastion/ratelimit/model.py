@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from bastion.errors import ConfigError
 
@@ -60,3 +61,57 @@ class ConcurrencySpec:
     name: str
     scope: ConcurrencyScope
     max: int
+
+
+# Limit names end up inside Redis keys and JSON-RPC error data, so they stay short and plain.
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_SCOPES: tuple[Scope, ...] = ("principal", "principal_tool", "upstream", "global")
+_CONCURRENCY_SCOPES: tuple[ConcurrencyScope, ...] = ("principal", "upstream")
+
+
+def _item(data: Any, path: str, allowed: frozenset[str]) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping", path=path)
+    unknown = sorted(str(k) for k in data if k not in allowed)
+    if unknown:
+        raise ConfigError(f"unknown key(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}",
+                          path=f"{path}.{unknown[0]}")
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError("name is required: 1-64 characters of letters, digits, '_', '.', '-'", path=f"{path}.name")
+    return data
+
+
+def _positive_int(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"expected a positive integer, got {value!r}", path=path)
+    return value
+
+
+def parse_limit(data: Any, path: str) -> RateLimitSpec:
+    """One ``{name, rate, burst?, per}`` item, as written in the gateway config and in policy rules."""
+    item = _item(data, path, frozenset({"name", "rate", "burst", "per"}))
+    rate_text = item.get("rate")
+    if not isinstance(rate_text, str):
+        raise ConfigError("rate is required, e.g. '60/minute'", path=f"{path}.rate")
+    try:
+        rate = parse_rate(rate_text)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, path=f"{path}.rate") from None
+    burst = _positive_int(item["burst"], f"{path}.burst") if item.get("burst") is not None else None
+    per = item.get("per", "principal")
+    if per not in _SCOPES:
+        raise ConfigError(f"per must be one of {', '.join(_SCOPES)}, got {per!r}", path=f"{path}.per")
+    return RateLimitSpec(name=item["name"], scope=per, rate=rate, burst=burst)
+
+
+def parse_concurrency(data: Any, path: str) -> ConcurrencySpec:
+    """One ``{name, max, per}`` item, as written in the gateway config and in policy rules."""
+    item = _item(data, path, frozenset({"name", "max", "per"}))
+    if "max" not in item:
+        raise ConfigError("max is required", path=f"{path}.max")
+    maximum = _positive_int(item["max"], f"{path}.max")
+    per = item.get("per", "principal")
+    if per not in _CONCURRENCY_SCOPES:
+        raise ConfigError(f"per must be one of {', '.join(_CONCURRENCY_SCOPES)}, got {per!r}", path=f"{path}.per")
+    return ConcurrencySpec(name=item["name"], scope=per, max=maximum)

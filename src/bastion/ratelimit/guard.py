@@ -1,0 +1,73 @@
+"""The rate-limit step of the tools/call pipeline.
+
+Runs after the policy guard, so only authorised attempts count. Concurrency leases are taken first and rate
+buckets consumed second: a call refused for concurrency then costs no rate, and a call refused by rate gives
+its lease back as soon as the pipeline unwinds ``cleanup``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
+from typing import TypeVar
+
+from bastion.errors import LimiterUnavailable, RateLimited
+from bastion.pipeline import CallContext, CallRecord
+from bastion.ratelimit.config import RateLimitConfig
+from bastion.ratelimit.gcra import RateCheck
+from bastion.ratelimit.keys import bucket_key
+from bastion.ratelimit.limiter import CapCheck, Limiter
+from bastion.ratelimit.model import ConcurrencyScope, ConcurrencySpec, RateLimitSpec, Scope
+
+S = TypeVar("S", RateLimitSpec, ConcurrencySpec)
+
+
+def merge_by_name(defaults: Iterable[S], attached: Iterable[S]) -> list[S]:
+    """Defaults, then policy-attached limits; a policy limit replaces a default of the same name."""
+    merged: dict[str, S] = {s.name: s for s in defaults}
+    for spec in attached:
+        merged[spec.name] = spec
+    return list(merged.values())
+
+
+def rate_checks(ctx: CallContext, record: CallRecord, cfg: RateLimitConfig) -> list[RateCheck]:
+    return [RateCheck.from_spec(spec, _key(spec.name, spec.scope, ctx), cost=record.cost)
+            for spec in merge_by_name(cfg.defaults, record.limits)]
+
+
+def cap_checks(ctx: CallContext, record: CallRecord, cfg: RateLimitConfig) -> list[CapCheck]:
+    return [CapCheck(name=spec.name, key=_key(spec.name, spec.scope, ctx), max=spec.max)
+            for spec in merge_by_name(cfg.concurrency, record.concurrency)]
+
+
+def _key(name: str, scope: Scope | ConcurrencyScope, ctx: CallContext) -> str:
+    return bucket_key(name, scope, principal=ctx.principal.id, tool=ctx.tool.public_name, upstream=ctx.tool.upstream)
+
+
+class RateLimitGuard:
+    name = "ratelimit"
+
+    def __init__(self, limiter: Limiter, cfg: RateLimitConfig) -> None:
+        self._limiter = limiter
+        self._cfg = cfg
+
+    async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
+        try:
+            caps = cap_checks(ctx, record, self._cfg)
+            if caps:
+                await cleanup.enter_async_context(self._limiter.lease(caps))
+            verdict = await self._limiter.check(rate_checks(ctx, record, self._cfg))
+            if verdict.degraded:
+                record.extra["ratelimit_degraded"] = True
+            verdict.raise_if_refused()
+        except RateLimited as exc:
+            record.stage = "ratelimit"
+            record.limit = exc.limit
+            record.decision = "deny"
+            record.reason = "rate_limited"
+            raise
+        except LimiterUnavailable:
+            record.stage = "ratelimit"
+            record.decision = "error"
+            record.reason = "limiter_unavailable"
+            raise
