@@ -1,0 +1,58 @@
+"""``CallAuditor``: the pipeline's audit hook, turning a finished call into one record, metrics, and an emit.
+
+The pipeline calls it exactly once per call, before the answer goes back (see ``bastion.audit.log`` for why the
+order matters when audit is required).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bastion.audit.log import AuditLog
+from bastion.audit.record import as_outcome, call_record
+from bastion.metrics import Metrics
+from bastion.pipeline import CallContext, CallRecord
+
+__all__ = ["CallAuditor"]
+
+
+class CallAuditor:
+    """Implements ``bastion.pipeline.AuditHook``.
+
+    ``redact`` is applied to every string of logged arguments (only when ``audit.log_arguments`` is on); the core
+    passes the sanitizer's redactor. ``clock`` gives wall-clock epoch seconds for the record's ``time``.
+    """
+
+    def __init__(self, audit: AuditLog, *, metrics: Metrics | None = None,
+                 redact: Callable[[str], str] | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.audit = audit
+        self.metrics = metrics
+        self.redact = redact
+        self._clock = clock
+
+    async def __call__(self, ctx: CallContext, record: CallRecord, outcome: str, result: dict[str, Any] | None,
+                       total_ms: float) -> None:
+        doc = call_record(ctx, record, started_at=self._clock() - total_ms / 1000, total_ms=total_ms,
+                          outcome=as_outcome(outcome), result=result, log_arguments=self.audit.log_arguments,
+                          redact=self.redact)
+        if self.metrics is not None:
+            self._observe(self.metrics, ctx, record, doc)
+        await self.audit.emit(doc)
+
+    @staticmethod
+    def _observe(metrics: Metrics, ctx: CallContext, record: CallRecord, doc: dict[str, Any]) -> None:
+        up_ms = record.upstream_ms
+        metrics.observe_call(tool=ctx.tool.public_name, upstream=ctx.tool.upstream, decision=doc["decision"],
+                             stage=doc["stage"], total_s=doc["latency_ms"]["total"] / 1000,
+                             upstream_s=None if up_ms is None else up_ms / 1000)
+        out = doc["outcome"]
+        if out == "rate_limited" and record.limit:
+            metrics.ratelimit_rejected(record.limit)
+        elif out == "invalid_input":
+            metrics.validation_action("input", "rejected")
+        elif out == "invalid_output":
+            metrics.validation_action("output", "rejected")
+        if record.sanitize:
+            metrics.sanitize_counts(record.sanitize)

@@ -1,0 +1,393 @@
+"""The audit record: one versioned JSON object per event, built from what the gateway already knows.
+
+Pure: builders take every input (including the clock reading) as arguments and return a plain ``dict`` ready
+for ``orjson.dumps``. Nothing here does I/O, so the shape is tested exhaustively and the sinks stay dumb.
+
+What a record never holds: credentials, tokens, the principal's claims, raw arguments unless the admin turned
+``log_arguments`` on (and then only after redaction), or result content. Arguments are identified by a digest so
+an incident responder can still match a call against a known payload.
+
+``SCHEMA_VERSION`` changes only on a breaking change (a field removed, renamed or retyped); new optional fields
+are added without a bump. ``audit/schema.json`` is the machine-readable contract and the tests hold the builders
+to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal, cast
+
+import orjson
+
+from bastion.audit.trace import parse_traceparent
+from bastion.errors import (
+    AuditUnavailable,
+    HttpError,
+    LimiterUnavailable,
+    RateLimited,
+    RequestError,
+    ToolError,
+    UpstreamRpcError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from bastion.pipeline import CallContext, CallRecord, Era
+from bastion.principal import Principal
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AuthFailureReason",
+    "Decision",
+    "Outcome",
+    "arguments_digest",
+    "as_outcome",
+    "auth_failure_record",
+    "call_record",
+    "classify_outcome",
+    "pin_approve_record",
+    "pin_drift_record",
+    "policy_reload_record",
+    "rfc3339",
+    "session_record",
+    "tools_list_record",
+]
+
+SCHEMA_VERSION = 1
+
+Decision = Literal["allow", "deny", "error"]
+Outcome = Literal[
+    "allowed",               # forwarded; the result went back unchanged
+    "sanitized",             # forwarded; the sanitizer changed the result (see "sanitize")
+    "denied",                # policy refused (or hid) the tool
+    "rate_limited",          # a rate or concurrency limit tripped (see "limit")
+    "limiter_unavailable",   # the shared limiter was down and the failure mode is closed
+    "invalid_input",         # arguments failed the tool's inputSchema (see "violations")
+    "invalid_output",        # the upstream's result failed the outputSchema; withheld
+    "upstream_error",        # the upstream answered with a JSON-RPC error
+    "timeout",               # the upstream did not answer in time
+    "upstream_unavailable",  # the upstream could not be reached
+    "client_disconnected",   # the client went away (or cancelled) before the answer
+    "audit_unavailable",     # audit.required and a sink failed: the result was withheld
+    "error",                 # anything else; details in the gateway log
+]
+AuthFailureReason = Literal[
+    "missing_credentials", "malformed_credentials", "unknown_key", "invalid_signature", "expired",
+    "not_yet_valid", "invalid_issuer", "invalid_audience", "missing_claim", "jwks_unavailable", "other",
+]
+
+_DECISIONS: Mapping[Outcome, Decision] = {
+    "allowed": "allow", "sanitized": "allow",
+    "denied": "deny", "rate_limited": "deny", "limiter_unavailable": "deny", "invalid_input": "deny",
+    "invalid_output": "deny", "audit_unavailable": "deny",
+    "upstream_error": "error", "timeout": "error", "upstream_unavailable": "error",
+    "client_disconnected": "error", "error": "error",
+}
+
+# Keys whose values are masked in logged arguments even after the admin's redactor ran: an opted-in argument log
+# must still not become a credential store.
+_SECRET_KEY_HINTS = ("password", "passwd", "secret", "token", "apikey", "api_key", "authorization", "credential",
+                     "private_key", "cookie")
+_MASK = "[REDACTED]"
+_MAX_STRING = 4096
+_MAX_SHORT = 256
+
+
+def rfc3339(epoch_s: float) -> str:
+    """``2026-03-01T12:00:00.123Z``: UTC, millisecond precision, sortable as text."""
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def arguments_digest(arguments: Mapping[str, Any] | None) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``arguments`` (keys sorted, no whitespace, UTF-8).
+
+    Two calls with the same arguments get the same digest whatever the key order the client sent.
+    """
+    canonical = orjson.dumps(dict(arguments or {}), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+                             default=_unjsonable)
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def as_outcome(name: str) -> Outcome:
+    """``name`` if it is a known outcome, else ``"error"`` (a new pipeline outcome must never lose a record)."""
+    return cast(Outcome, name) if name in _DECISIONS else "error"
+
+
+def classify_outcome(record: CallRecord | None, error: BaseException | None) -> Outcome:
+    """Name what happened to a call from the error that ended it (``None`` when it completed)."""
+    if error is None:
+        return "sanitized" if record is not None and any(record.sanitize.values()) else "allowed"
+    if isinstance(error, asyncio.CancelledError | ConnectionError):
+        return "client_disconnected"
+    if isinstance(error, RateLimited):
+        return "rate_limited"
+    if isinstance(error, LimiterUnavailable):
+        return "limiter_unavailable"
+    if isinstance(error, UpstreamTimeout):
+        return "timeout"
+    if isinstance(error, UpstreamUnavailable):
+        return "upstream_unavailable"
+    if isinstance(error, UpstreamRpcError):
+        return "upstream_error"
+    if isinstance(error, AuditUnavailable):
+        return "audit_unavailable"
+    stage = record.stage if record is not None else None
+    if stage == "input_schema":
+        return "invalid_input"
+    if stage == "output_schema":
+        return "invalid_output"
+    if stage in ("resolve", "pinning", "policy") and isinstance(error, RequestError):
+        return "denied"
+    if isinstance(error, ToolError | HttpError):
+        return "denied"
+    return "error"
+
+
+def call_record(
+    ctx: CallContext | None,
+    record: CallRecord | None,
+    *,
+    started_at: float,
+    total_ms: float,
+    event: str = "tool.call",
+    outcome: Outcome | None = None,
+    error: BaseException | None = None,
+    upstream_ms: float | None = None,
+    request_id: str | None = None,
+    session: str | None = None,
+    era: Era | None = None,
+    principal: Principal | None = None,
+    client_info: Mapping[str, Any] | None = None,
+    traceparent: str | None = None,
+    public_tool: str | None = None,
+    upstream: str | None = None,
+    original_tool: str | None = None,
+    arguments: Mapping[str, Any] | None = None,
+    result: Mapping[str, Any] | None = None,
+    log_arguments: bool = False,
+    redact: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
+    """The ``tool.call`` record for one call, whatever happened to it.
+
+    Identity fields come from ``ctx``; the keyword arguments fill them in when there is no context yet (a call
+    to an unknown tool) and override it otherwise. ``outcome`` defaults to ``classify_outcome(record, error)``;
+    the decision follows from the outcome. ``result`` is the result returned to the client (after response
+    guards), or ``None`` when none was.
+    """
+    rec = record if record is not None else CallRecord()
+    out: Outcome = outcome if outcome is not None else classify_outcome(rec, error)
+    if out == "allowed" and any(rec.sanitize.values()):
+        out = "sanitized"
+    if ctx is not None:
+        request_id = request_id if request_id is not None else ctx.request_id
+        session = session if session is not None else ctx.session_id
+        era = era if era is not None else ctx.era
+        principal = principal if principal is not None else ctx.principal
+        client_info = client_info if client_info is not None else ctx.client_info
+        traceparent = traceparent if traceparent is not None else ctx.traceparent
+        public_tool = public_tool if public_tool is not None else ctx.tool.public_name
+        upstream = upstream if upstream is not None else ctx.tool.upstream
+        original_tool = original_tool if original_tool is not None else ctx.tool.original_name
+        arguments = arguments if arguments is not None else ctx.arguments
+    up_ms = upstream_ms if upstream_ms is not None else rec.upstream_ms
+    stage = _short(rec.stage, 64)
+
+    doc = _envelope(event, started_at, request_id=request_id, session=session, era=era, principal=principal,
+                    client_info=client_info, traceparent=traceparent)
+    doc["tool"] = {"name": _short(public_tool), "upstream": _short_or_none(upstream),
+                   "original": _short_or_none(original_tool)}
+    doc["decision"] = _DECISIONS[out]
+    doc["outcome"] = out
+    doc["stage"] = stage
+    doc["rule_id"] = rec.rule_id
+    doc["reason"] = rec.reason if rec.reason is not None else _error_reason(error)
+    doc["limit"] = rec.limit
+    doc["violations"] = [_short(v, _MAX_STRING) for v in rec.violations]
+    doc["shadow_denies"] = list(rec.shadow)
+    doc["sanitize"] = {str(k): int(v) for k, v in rec.sanitize.items()}
+    doc["error"] = _error_summary(error)
+    doc["arguments_digest"] = arguments_digest(arguments)
+    if log_arguments:
+        doc["arguments"] = _redact_value(dict(arguments or {}), redact)
+    doc["result"] = _result_summary(result)
+    doc["latency_ms"] = _latency(total_ms, up_ms)
+    return doc
+
+
+def tools_list_record(*, at: float, shown: int, hidden: int, request_id: str | None, session: str | None,
+                      era: Era | None, principal: Principal | None, client_info: Mapping[str, Any] | None = None,
+                      traceparent: str | None = None, upstreams_failed: Sequence[str] = ()) -> dict[str, Any]:
+    """``tools.list``: how many tools the principal was shown and how many policy hid from it."""
+    doc = _envelope("tools.list", at, request_id=request_id, session=session, era=era, principal=principal,
+                    client_info=client_info, traceparent=traceparent)
+    doc["shown"] = int(shown)
+    doc["hidden"] = int(hidden)
+    doc["upstreams_failed"] = sorted(_short(u) for u in upstreams_failed)
+    return doc
+
+
+def session_record(event: Literal["session.start", "session.end"], *, at: float, session: str, era: Era | None,
+                   principal: Principal | None, client_info: Mapping[str, Any] | None = None,
+                   protocol_version: str | None = None, reason: str | None = None,
+                   duration_ms: float | None = None) -> dict[str, Any]:
+    """``session.start`` / ``session.end``. ``reason`` says why a session ended (``deleted``, ``expired``...)."""
+    doc = _envelope(event, at, request_id=None, session=session, era=era, principal=principal,
+                    client_info=client_info, traceparent=None)
+    doc["protocol_version"] = _short_or_none(protocol_version)
+    doc["reason"] = _short_or_none(reason)
+    doc["duration_ms"] = None if duration_ms is None else round(max(0.0, duration_ms), 3)
+    return doc
+
+
+def policy_reload_record(*, at: float, outcome: Literal["applied", "rejected", "unchanged"], source: str,
+                         digest: str | None = None, rules: int | None = None,
+                         error: str | None = None) -> dict[str, Any]:
+    """``policy.reload``: which file, whether it took effect, and why not (the ``ConfigError`` text)."""
+    doc = _envelope("policy.reload", at, request_id=None, session=None, era=None, principal=None,
+                    client_info=None, traceparent=None)
+    doc.update(outcome=outcome, source=_short(source, _MAX_STRING), digest=digest, rules=rules,
+               error=None if error is None else _short(error, _MAX_STRING))
+    return doc
+
+
+def pin_drift_record(*, at: float, upstream: str, tool: str, pinned: str, observed: str,
+                     action: Literal["blocked", "warned"]) -> dict[str, Any]:
+    """``pin.drift``: an upstream changed a pinned tool's definition (fingerprints, not definitions)."""
+    doc = _envelope("pin.drift", at, request_id=None, session=None, era=None, principal=None, client_info=None,
+                    traceparent=None)
+    doc.update(upstream=_short(upstream), tool=_short(tool), pinned=_short(pinned), observed=_short(observed),
+               action=action)
+    return doc
+
+
+def pin_approve_record(*, at: float, upstream: str, tool: str, fingerprint: str,
+                       approved_by: str | None) -> dict[str, Any]:
+    """``pin.approve``: an operator accepted a tool definition (``approved_by`` is who, when known)."""
+    doc = _envelope("pin.approve", at, request_id=None, session=None, era=None, principal=None, client_info=None,
+                    traceparent=None)
+    doc.update(upstream=_short(upstream), tool=_short(tool), fingerprint=_short(fingerprint),
+               approved_by=_short_or_none(approved_by))
+    return doc
+
+
+def auth_failure_record(*, at: float, reason: AuthFailureReason, method: str | None, remote_addr: str | None,
+                        key_id: str | None = None, traceparent: str | None = None) -> dict[str, Any]:
+    """``auth.failure``: the class of failure and where from, never the credential itself.
+
+    ``key_id`` is the public identifier of a presented API key or the ``kid``/``sub`` of a token whose signature
+    was checked; pass ``None`` when the credential could not be parsed (the raw bytes might be the secret).
+    """
+    doc = _envelope("auth.failure", at, request_id=None, session=None, era=None, principal=None,
+                    client_info=None, traceparent=traceparent)
+    doc.update(reason=reason, method=_short_or_none(method), remote_addr=_short_or_none(remote_addr),
+               key_id=_short_or_none(key_id))
+    return doc
+
+
+def _envelope(event: str, at: float, *, request_id: str | None, session: str | None, era: Era | None,
+              principal: Principal | None, client_info: Mapping[str, Any] | None,
+              traceparent: str | None) -> dict[str, Any]:
+    trace = parse_traceparent(traceparent)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "audit",
+        "time": rfc3339(at),
+        "event": event,
+        "request_id": _short_or_none(request_id),
+        "session": _short_or_none(session),
+        "era": era,
+        "principal": None if principal is None else {
+            "id": _short(principal.id),
+            "groups": sorted(_short(g) for g in principal.groups),
+            "auth_method": principal.auth_method,
+        },
+        # name and version only: clientInfo may carry free text (description, icons, URLs) the audit needs not.
+        "client": None if not client_info else {
+            "name": _short_or_none(_str_or_none(client_info.get("name"))),
+            "version": _short_or_none(_str_or_none(client_info.get("version"))),
+        },
+        "trace": None if trace is None else {"trace_id": trace.trace_id, "span_id": trace.span_id,
+                                             "sampled": trace.sampled},
+    }
+
+
+def _error_summary(error: BaseException | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    summary: dict[str, Any] = {"type": type(error).__name__}
+    code = getattr(error, "code", None)
+    if isinstance(error, RequestError):
+        summary["plane"] = error.plane
+        # The client-facing message is written to be safe to show; log_detail stays in the gateway log.
+        summary["message"] = _short(error.message, _MAX_STRING)
+    if isinstance(code, int):
+        summary["code"] = code
+    return summary
+
+
+def _error_reason(error: BaseException | None) -> str | None:
+    if isinstance(error, RequestError):
+        return _short(error.message, _MAX_STRING)
+    return None
+
+
+def _result_summary(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    content = result.get("content")
+    items = content if isinstance(content, list) else []
+    types = sorted({_short(str(item.get("type"))) for item in items if isinstance(item, Mapping)})
+    return {
+        "is_error": result.get("isError") is True,
+        "content_types": types,
+        "content_items": len(items),
+        "bytes": len(orjson.dumps(result, default=_unjsonable)),
+        "structured": result.get("structuredContent") is not None,
+    }
+
+
+def _latency(total_ms: float, upstream_ms: float | None) -> dict[str, float | None]:
+    total = _ms(total_ms)
+    up = None if upstream_ms is None else _ms(upstream_ms)
+    # Clamp: clocks are read at different points, and the overhead must never come out negative.
+    overhead = total if up is None else max(0.0, round(total - up, 3))
+    return {"total": total, "upstream": up, "overhead": overhead}
+
+
+def _ms(value: float) -> float:
+    return round(value, 3) if math.isfinite(value) and value > 0 else 0.0
+
+
+def _redact_value(value: Any, redact: Callable[[str], str] | None, key: str | None = None) -> Any:
+    if key is not None and any(hint in key.lower() for hint in _SECRET_KEY_HINTS):
+        return _MASK
+    if isinstance(value, str):
+        text = redact(value) if redact is not None else value
+        return _short(text, _MAX_STRING)
+    if isinstance(value, Mapping):
+        return {str(k): _redact_value(v, redact, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_value(v, redact) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _short(repr(value), _MAX_SHORT)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _short(value: str | None, limit: int = _MAX_SHORT) -> str:
+    text = value or ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _short_or_none(value: str | None, limit: int = _MAX_SHORT) -> str | None:
+    return None if value is None else _short(value, limit)
+
+
+def _unjsonable(value: Any) -> str:
+    return repr(value)

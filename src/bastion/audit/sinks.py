@@ -1,0 +1,186 @@
+"""Where audit records go: stdout, a rotating JSON-lines file, a Redis stream.
+
+Every sink writes one record per ``write`` as one JSON line (or one stream entry), and raises ``AuditSinkError``
+(never a raw ``OSError`` or ``RedisError``) when it could not. Deciding what a failure means (log it, or refuse the
+call) is ``AuditLog``'s job, not the sink's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import orjson
+import redis.asyncio
+import redis.exceptions
+
+from bastion.errors import BastionError
+
+__all__ = ["AuditSink", "AuditSinkError", "FileSink", "RedisStreamSink", "StdoutSink", "encode_record"]
+
+
+class AuditSinkError(BastionError):
+    """A sink could not write a record. Operators see it in the log; clients never do."""
+
+    def __init__(self, sink: str, detail: str) -> None:
+        super().__init__(f"audit sink {sink} failed: {detail}")
+        self.sink = sink
+        self.detail = detail
+
+
+class AuditSink(Protocol):
+    """One destination for audit records. ``name`` is stable and bounded (it becomes a metric label)."""
+
+    name: str
+
+    async def write(self, record: dict[str, Any]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """One JSON line, newline included. ``default=repr`` so an odd value degrades to text instead of a lost record."""
+    return orjson.dumps(record, default=repr, option=orjson.OPT_APPEND_NEWLINE)
+
+
+class StdoutSink:
+    """JSON lines on standard output, the container default (the runtime ships stdout to the log pipeline).
+
+    One ``write`` call per record on the binary stream, then a flush, so records from concurrent calls never
+    interleave inside a line. The write is synchronous: a stdout pipe drained by a container runtime takes a
+    few microseconds, and a thread hop would cost more than it saves. Logs go to stderr, so nothing else shares
+    this stream.
+    """
+
+    name = "stdout"
+
+    def __init__(self, stream: IO[bytes] | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stdout.buffer
+
+    async def write(self, record: dict[str, Any]) -> None:
+        line = encode_record(record)
+        try:
+            self._stream.write(line)
+            self._stream.flush()
+        except (OSError, ValueError) as exc:  # ValueError: the stream was closed
+            raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+
+
+class FileSink:
+    """JSON lines in a file, flushed to the OS after every record, rotated by size (``path.1`` ... ``path.N``).
+
+    Disk writes (and rotation, which renames files) run on one dedicated worker thread rather than the event
+    loop: a slow or stalled disk then delays only the audited call waiting for its record, never every other
+    request. One worker, not a pool, so records land in the order they were emitted and rotation needs no lock.
+    The file is (re)opened on demand, so a sink whose directory appears later (or whose file was removed by an
+    external rotator) recovers without a restart.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = 50 * 1024 * 1024, backups: int = 5,
+                 fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.name = f"file:{self.path}"
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self.fsync = fsync
+        self._fh: IO[bytes] | None = None
+        self._size = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bastion-audit-file")
+
+    async def write(self, record: dict[str, Any]) -> None:
+        line = encode_record(record)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._write_sync, line)
+        except OSError as exc:
+            raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc.strerror or exc}") from None
+        except RuntimeError as exc:  # the executor was shut down: write after close
+            raise AuditSinkError(self.name, str(exc)) from None
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError, RuntimeError):
+            await loop.run_in_executor(self._executor, self._close_sync)
+        self._executor.shutdown(wait=False)
+
+    def _write_sync(self, line: bytes) -> None:
+        if self._fh is None:
+            self._open()
+        if self.max_bytes > 0 and self._size > 0 and self._size + len(line) > self.max_bytes:
+            self._rotate()
+        fh = self._fh
+        assert fh is not None
+        try:
+            fh.write(line)
+            fh.flush()
+            if self.fsync:
+                os.fsync(fh.fileno())
+        except OSError:
+            # Drop the handle: the next write reopens, which is how a transient failure (disk full, NFS hiccup)
+            # heals without a restart.
+            self._close_sync()
+            raise
+        self._size += len(line)
+
+    def _open(self) -> None:
+        self._fh = self.path.open("ab")
+        self._size = self._fh.tell()
+
+    def _rotate(self) -> None:
+        self._close_sync()
+        if self.backups > 0:
+            for i in range(self.backups - 1, 0, -1):
+                src = self._backup(i)
+                if src.exists():
+                    src.replace(self._backup(i + 1))
+            self.path.replace(self._backup(1))
+        else:
+            self.path.unlink(missing_ok=True)
+        self._open()
+
+    def _backup(self, i: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.{i}")
+
+    def _close_sync(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            fh.close()
+
+
+class RedisStreamSink:
+    """Entries appended to a Redis stream for a collector to consume (``XADD key MAXLEN ~ n * record <json>``).
+
+    The approximate trim keeps ``XADD`` O(1) amortised; the stream holds at least ``maxlen`` recent records. Each
+    write is bounded by ``timeout_s`` so a hung Redis costs a call at most that long (then counts as a failure).
+    The client is injected and owned by the caller.
+    """
+
+    def __init__(self, client: redis.asyncio.Redis, key: str, *, maxlen: int = 100_000,
+                 timeout_s: float = 2.0) -> None:
+        self.key = key
+        self.name = f"redis:{key}"
+        self.maxlen = maxlen
+        self.timeout_s = timeout_s
+        self._client = client
+
+    async def write(self, record: dict[str, Any]) -> None:
+        payload = orjson.dumps(record, default=repr)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._client.xadd(self.key, {"record": payload}, maxlen=self.maxlen, approximate=True)
+        except TimeoutError:
+            raise AuditSinkError(self.name, f"XADD timed out after {self.timeout_s:g}s") from None
+        except (redis.exceptions.RedisError, OSError) as exc:
+            raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        """Nothing to do: the Redis client belongs to the caller, who closes it."""

@@ -1,0 +1,135 @@
+"""Prometheus metrics: one ``Metrics`` object per gateway, owning its own registry.
+
+No global registry: two gateways in one process (tests, embedding) never share or collide, and ``render`` shows
+exactly bastion's series. Label values are bounded twice: every label comes from a closed set or from config
+and the catalogue, and ``LabelCap`` still folds anything past ``max_label_values`` distinct values per label into
+``other``, so a misbehaving upstream that advertises thousands of tools cannot blow up the time-series database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+
+__all__ = ["OVERHEAD_BUCKETS", "UPSTREAM_BUCKETS", "LabelCap", "Metrics"]
+
+# Gateway overhead is expected in the tens to hundreds of microseconds; the default buckets start at 5 ms and
+# would put every observation in the first one.
+OVERHEAD_BUCKETS: tuple[float, ...] = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                       0.1, 0.25, 1.0)
+UPSTREAM_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                                       60.0, 120.0)
+OTHER = "other"
+_MAX_VALUE_LEN = 128
+
+
+class LabelCap:
+    """Remembers up to ``limit`` distinct values per label name; later new values become ``other``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._seen: dict[str, set[str]] = {}
+
+    def __call__(self, label: str, value: str | None) -> str:
+        text = (value or "")[:_MAX_VALUE_LEN]
+        seen = self._seen.setdefault(label, set())
+        if text in seen:
+            return text
+        if len(seen) >= self.limit:
+            return OTHER
+        seen.add(text)
+        return text
+
+
+class Metrics:
+    """Every series bastion exports. The core calls the methods; nothing else touches the collectors."""
+
+    def __init__(self, *, max_label_values: int = 1000) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._cap = LabelCap(max_label_values)
+        r = self.registry
+        self.tool_calls = Counter("bastion_tool_calls", "tools/call requests by outcome.",
+                                  ["tool", "upstream", "decision", "stage"], registry=r)
+        self.call_overhead = Histogram("bastion_call_overhead_seconds",
+                                       "Time a tools/call spent in bastion itself (total minus upstream).",
+                                       buckets=OVERHEAD_BUCKETS, registry=r)
+        self.upstream_latency = Histogram("bastion_upstream_latency_seconds",
+                                          "Time the upstream took to answer a tools/call.", ["upstream"],
+                                          buckets=UPSTREAM_BUCKETS, registry=r)
+        self.ratelimit_rejections = Counter("bastion_ratelimit_rejections", "Calls refused by a rate limit.",
+                                            ["limit"], registry=r)
+        self.validation_actions = Counter("bastion_validation_actions",
+                                          "Schema validation outcomes (direction: input|output).",
+                                          ["direction", "action"], registry=r)
+        self.sanitize_actions = Counter("bastion_sanitize_actions", "Redactions and other sanitizer actions.",
+                                        ["class"], registry=r)
+        self.upstream_up = Gauge("bastion_upstream_up", "1 when the upstream is connected and answering.",
+                                 ["upstream"], registry=r)
+        self.catalogue_tools = Gauge("bastion_catalogue_tools", "Tools in the merged catalogue.", registry=r)
+        self.active_sessions = Gauge("bastion_active_sessions", "Open client sessions.", registry=r)
+        self.policy_reloads = Counter("bastion_policy_reloads", "Policy reload attempts by outcome.", ["outcome"],
+                                      registry=r)
+        self.audit_sink_failures = Counter("bastion_audit_sink_failures", "Audit records a sink failed to write.",
+                                           ["sink"], registry=r)
+        self.limiter_redis_up = Gauge("bastion_limiter_redis_up", "1 when the rate limiter's Redis answers.",
+                                      registry=r)
+
+    def observe_call(self, *, tool: str, upstream: str | None, decision: str, stage: str,
+                     total_s: float, upstream_s: float | None) -> None:
+        """One finished tools/call. Overhead is ``total_s - upstream_s``; upstream latency only if it was called."""
+        self.tool_calls.labels(tool=self._cap("tool", tool), upstream=self._cap("upstream", upstream),
+                               decision=self._cap("decision", decision), stage=self._cap("stage", stage)).inc()
+        self.call_overhead.observe(max(0.0, total_s - (upstream_s or 0.0)))
+        if upstream_s is not None and upstream is not None:
+            self.upstream_latency.labels(upstream=self._cap("upstream", upstream)).observe(max(0.0, upstream_s))
+
+    def ratelimit_rejected(self, limit: str) -> None:
+        self.ratelimit_rejections.labels(limit=self._cap("limit", limit)).inc()
+
+    def validation_action(self, direction: Literal["input", "output"], action: str) -> None:
+        """``action``: e.g. ``passed``, ``rejected``, ``skipped`` (no schema), ``withheld``."""
+        self.validation_actions.labels(direction=direction, action=self._cap("action", action)).inc()
+
+    def sanitize_counts(self, counts: dict[str, int]) -> None:
+        """Add a call's sanitizer counts (class -> number of actions), as recorded on the ``CallRecord``."""
+        for cls, n in counts.items():
+            if n > 0:
+                self.sanitize_actions.labels(**{"class": self._cap("class", cls)}).inc(n)
+
+    def set_upstream_up(self, upstream: str, up: bool) -> None:
+        self.upstream_up.labels(upstream=self._cap("upstream", upstream)).set(1 if up else 0)
+
+    def set_catalogue_tools(self, count: int) -> None:
+        self.catalogue_tools.set(count)
+
+    def session_opened(self) -> None:
+        self.active_sessions.inc()
+
+    def session_closed(self) -> None:
+        self.active_sessions.dec()
+
+    def set_active_sessions(self, count: int) -> None:
+        self.active_sessions.set(count)
+
+    def policy_reloaded(self, outcome: Literal["applied", "rejected", "unchanged"]) -> None:
+        self.policy_reloads.labels(outcome=outcome).inc()
+
+    def audit_sink_failed(self, sink: str) -> None:
+        """Matches ``AuditLog(on_sink_failure=...)``."""
+        self.audit_sink_failures.labels(sink=self._cap("sink", sink)).inc()
+
+    def set_limiter_redis_up(self, up: bool) -> None:
+        self.limiter_redis_up.set(1 if up else 0)
+
+    def declare_upstreams(self, names: Sequence[str]) -> None:
+        """Create the per-upstream series at start, so a never-connected upstream shows ``up 0`` not nothing."""
+        for name in names:
+            self.set_upstream_up(name, False)
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The exposition body and its content type; OpenMetrics when the scraper's ``Accept`` asks for it."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
