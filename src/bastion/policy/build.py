@@ -1,0 +1,115 @@
+"""Schema-valid mappings to compiled rules, with the checks a JSON Schema cannot express.
+
+Errors are ConfigErrors carrying only the key path; the loader adds file and line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bastion.errors import ConfigError
+from bastion.policy.constraints import ArgConstraint
+from bastion.policy.model import CostWeight, Kind, PrincipalMatch, Rule
+from bastion.policy.names import (
+    Glob,
+    check_name_glob,
+    check_uri_glob,
+    compile_name_glob,
+    compile_uri_glob,
+    is_safe_name,
+)
+from bastion.policy.yamlsrc import YamlSource
+from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_rate
+
+_KINDS: dict[str, Kind] = {"tools": "tool", "prompts": "prompt", "resources": "resource"}
+_ALLOW_ON_ANNOTATIONS = (
+    "an allow rule cannot match on annotations: annotations are hints an upstream writes about its own tools, "
+    "so any tool could claim readOnlyHint: true to be let in. Use annotations only in deny rules (to tighten); "
+    "allow by tool name or upstream")
+
+
+def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
+    effect = raw["effect"]
+    mode = raw.get("mode", "enforce")
+    if effect == "allow" and "annotations" in raw:
+        raise ConfigError(_ALLOW_ON_ANNOTATIONS, path=f"{path}.annotations")
+    if effect == "allow" and mode == "shadow":
+        raise ConfigError("shadow mode is for deny rules: it reports calls the rule would deny. To try out an "
+                          "allow rule, test it with 'bastion policy test' instead", path=f"{path}.mode")
+    if effect == "deny":
+        for key in ("limits", "concurrency"):
+            if key in raw:
+                raise ConfigError(f"{key} attach to allow rules (they limit what is allowed); a deny rule has "
+                                  "nothing to limit", path=f"{path}.{key}")
+    named = [k for k in ("tools", "prompts", "resources") if k in raw]
+    tool_only = [k for k in ("arguments", "annotations") if k in raw]
+    if tool_only and set(named) - {"tools"}:
+        raise ConfigError(f"{' and '.join(tool_only)} apply to tools only, but this rule also lists "
+                          f"{' and '.join(sorted(set(named) - {'tools'}))}; split it into two rules", path=path)
+    kinds: frozenset[Kind]
+    if named:
+        kinds = frozenset(_KINDS[k] for k in named)
+    elif tool_only:
+        kinds = frozenset({"tool"})
+    else:
+        kinds = frozenset({"tool", "prompt", "resource"})
+    return Rule(
+        id=raw["id"], effect=effect, mode=mode, origin=f"{doc.source}:{doc.line_of(path)}", kinds=kinds,
+        description=raw.get("description"),
+        principals=_principals(raw["principals"]) if "principals" in raw else None,
+        tools=_name_globs(raw["tools"], f"{path}.tools") if "tools" in raw else None,
+        upstreams=_upstreams(raw["upstreams"], f"{path}.upstreams") if "upstreams" in raw else None,
+        annotations=tuple(sorted(raw.get("annotations", {}).items())),
+        arguments=tuple(ArgConstraint.from_mapping(name, spec, f"{path}.arguments.{name}")
+                        for name, spec in raw.get("arguments", {}).items()),
+        prompts=_name_globs(raw["prompts"], f"{path}.prompts") if "prompts" in raw else None,
+        resources=_uri_globs(raw["resources"], f"{path}.resources") if "resources" in raw else None,
+        limits=tuple(_limit(spec, f"{path}.limits[{i}]") for i, spec in enumerate(raw.get("limits", []))),
+        concurrency=tuple(ConcurrencySpec(name=spec["name"], scope=spec.get("per", "principal"), max=spec["max"])
+                          for spec in raw.get("concurrency", [])),
+    )
+
+
+def build_costs(raw: Sequence[Mapping[str, Any]], path: str) -> list[CostWeight]:
+    return [CostWeight(_name_globs(item["tools"], f"{path}[{i}].tools"), item["weight"])
+            for i, item in enumerate(raw)]
+
+
+def _principals(raw: Mapping[str, Any]) -> PrincipalMatch:
+    claims = tuple((name, tuple(value) if isinstance(value, list) else (value,))
+                   for name, value in raw.get("claims", {}).items())
+    return PrincipalMatch(ids=frozenset(raw.get("ids", ())), groups=frozenset(raw.get("groups", ())),
+                          claims=claims)
+
+
+def _name_globs(raw: Sequence[str], path: str) -> tuple[Glob, ...]:
+    for i, text in enumerate(raw):
+        problem = check_name_glob(text)
+        if problem:
+            raise ConfigError(problem, path=f"{path}[{i}]")
+    return tuple(compile_name_glob(text) for text in raw)
+
+
+def _uri_globs(raw: Sequence[str], path: str) -> tuple[Glob, ...]:
+    for i, text in enumerate(raw):
+        problem = check_uri_glob(text)
+        if problem:
+            raise ConfigError(problem, path=f"{path}[{i}]")
+    return tuple(compile_uri_glob(text) for text in raw)
+
+
+def _upstreams(raw: Sequence[str], path: str) -> frozenset[str]:
+    for i, name in enumerate(raw):
+        if not is_safe_name(name):
+            raise ConfigError(f"invalid upstream name {name!r}: only ASCII letters, digits, '_', '.', '-'",
+                              path=f"{path}[{i}]")
+    return frozenset(raw)
+
+
+def _limit(raw: Mapping[str, Any], path: str) -> RateLimitSpec:
+    try:
+        rate = parse_rate(raw["rate"])
+    except ConfigError as exc:
+        raise ConfigError(exc.message, path=f"{path}.rate") from None
+    return RateLimitSpec(name=raw["name"], scope=raw.get("per", "principal"), rate=rate, burst=raw.get("burst"))

@@ -1,0 +1,167 @@
+"""The decision function. Pure: a compiled policy set, a principal and a target in; a Decision out.
+
+Precedence, the same for tools, prompts and resources:
+
+1. A name outside the safe alphabet is refused outright (see ``names``): no rule can be about it.
+2. Every enforced deny rule that matches refuses. Deny wins over allow, whatever the file or rule order.
+3. Otherwise the first enforced allow rule that matches permits; limits of all matching allow rules apply.
+4. Otherwise the default: deny.
+
+Shadow rules are evaluated alongside and reported in ``shadow_denies``; they never change the outcome.
+
+Listing (``arguments=None``) asks "could any call to this tool be allowed?", so that ``tools/list`` shows exactly
+the tools a call could reach: an allow rule with argument constraints counts (some arguments may satisfy it), a
+deny rule with argument constraints does not hide the tool (some arguments may avoid it); a deny rule without them
+does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bastion.policy.constraints import all3, json_equal
+from bastion.policy.model import ANNOTATION_DEFAULTS, CostWeight, Decision, Kind, PrincipalMatch, Rule
+from bastion.policy.names import Glob, is_safe_name, is_safe_uri
+from bastion.principal import Principal
+from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
+from bastion.tool import ToolEntry
+
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    kind: Kind
+    name: str
+    upstream: str
+    annotations: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySet:
+    """A validated, compiled set of rules from one or more files. Immutable; reloads build a new one."""
+
+    rules: tuple[Rule, ...] = ()
+    costs: tuple[CostWeight, ...] = ()
+    version: str = "empty"
+    files: tuple[str, ...] = ()
+
+    def decide(self, principal: Principal, tool: ToolEntry, arguments: Mapping[str, Any] | None) -> Decision:
+        """Decide a ``tools/call`` (``arguments`` given) or whether ``tools/list`` shows the tool (``None``)."""
+        if not is_safe_name(tool.public_name):
+            return _unsafe("tool name", tool.public_name)
+        target = _Target("tool", tool.public_name, tool.upstream, tool.annotations)
+        decision = self._evaluate(principal, target, arguments)
+        if not decision.allowed:
+            return decision
+        cost = max((c.weight for c in self.costs if _any_glob(c.tools, tool.public_name)), default=1)
+        return Decision(decision.allowed, decision.rule_id, decision.reason, decision.shadow_denies,
+                        decision.limits, decision.concurrency, cost)
+
+    def visible(self, principal: Principal, tool: ToolEntry) -> bool:
+        """True iff some call to ``tool`` by ``principal`` could be allowed."""
+        return self.decide(principal, tool, None).allowed
+
+    def decide_prompt(self, principal: Principal, upstream: str, public_name: str) -> Decision:
+        if not is_safe_name(public_name):
+            return _unsafe("prompt name", public_name)
+        return self._evaluate(principal, _Target("prompt", public_name, upstream, {}), None)
+
+    def decide_resource(self, principal: Principal, upstream: str, uri: str) -> Decision:
+        target = _Target("resource", uri, upstream, {})
+        if not is_safe_uri(uri):
+            # Deny rules still report, but nothing may allow a URI whose path could climb.
+            found = self._evaluate(principal, target, None)
+            if not found.allowed and found.rule_id is not None:
+                return found
+            return Decision(False, None, "resource URI is not plain ASCII or contains '.', '..', encoded separators "
+                            "or backslashes; no rule can allow it", found.shadow_denies)
+        return self._evaluate(principal, target, None)
+
+    def _evaluate(self, principal: Principal, target: _Target, arguments: Mapping[str, Any] | None) -> Decision:
+        denies: list[Rule] = []
+        allows: list[Rule] = []
+        shadow: list[str] = []
+        for rule in self.rules:
+            if target.kind not in rule.kinds or not principal_matches(rule.principals, principal):
+                continue
+            if not _target_matches(rule, target):
+                continue
+            args = _arguments_match(rule, arguments)
+            if rule.effect == "deny" and args is not False:
+                if rule.enforced:
+                    denies.append(rule)
+                else:
+                    shadow.append(rule.id)
+            elif rule.effect == "allow" and args is True and rule.enforced:
+                allows.append(rule)
+        if denies:
+            first = denies[0]
+            return Decision(False, first.id, f"denied by rule '{first.id}' ({first.origin})", tuple(shadow))
+        if allows:
+            first = allows[0]
+            limits: dict[str, RateLimitSpec] = {}
+            concurrency: dict[str, ConcurrencySpec] = {}
+            for rule in allows:
+                limits.update((spec.name, spec) for spec in rule.limits if spec.name not in limits)
+                concurrency.update((spec.name, spec) for spec in rule.concurrency if spec.name not in concurrency)
+            return Decision(True, first.id, f"allowed by rule '{first.id}' ({first.origin})", tuple(shadow),
+                            tuple(limits.values()), tuple(concurrency.values()))
+        return Decision(False, None, f"no rule allows this {target.kind} (default deny)", tuple(shadow))
+
+
+def principal_matches(match: PrincipalMatch | None, principal: Principal) -> bool:
+    if match is None:
+        return True
+    if principal.id in match.ids or match.groups & principal.groups:
+        return True
+    return bool(match.claims) and all(
+        _claim_matches(principal.attributes.get(name, _MISSING), wanted) for name, wanted in match.claims)
+
+
+def effective_annotation(annotations: Mapping[str, Any], key: str) -> Any:
+    """The value a policy sees: the tool's own hint if well-formed, else the MCP default. A destructiveHint
+    only means something for tools that are not read-only, so a read-only tool that says nothing is not
+    destructive."""
+    default = ANNOTATION_DEFAULTS.get(key)
+    value = annotations.get(key, _MISSING)
+    if key == "destructiveHint" and value is _MISSING and annotations.get("readOnlyHint") is True:
+        return False
+    if value is _MISSING or (isinstance(default, bool) and not isinstance(value, bool)):
+        return default
+    return value
+
+
+def _claim_matches(actual: Any, wanted: tuple[Any, ...]) -> bool:
+    if actual is _MISSING:
+        return False
+    values = actual if isinstance(actual, list | tuple) else (actual,)
+    return any(json_equal(v, w) for v in values for w in wanted)
+
+
+def _target_matches(rule: Rule, target: _Target) -> bool:
+    if rule.upstreams is not None and target.upstream not in rule.upstreams:
+        return False
+    globs = {"tool": rule.tools, "prompt": rule.prompts, "resource": rule.resources}[target.kind]
+    if globs is not None and not _any_glob(globs, target.name):
+        return False
+    return all(json_equal(effective_annotation(target.annotations, key), value) for key, value in rule.annotations)
+
+
+def _arguments_match(rule: Rule, arguments: Mapping[str, Any] | None) -> bool | None:
+    if not rule.arguments:
+        return True
+    if arguments is None:
+        # Listing: an allow rule could be satisfied by some call; a deny rule could be avoided by some call.
+        return rule.effect == "allow"
+    return all3(c.evaluate(arguments) for c in rule.arguments)
+
+
+def _any_glob(globs: tuple[Glob, ...], name: str) -> bool:
+    return any(g.matches(name) for g in globs)
+
+
+def _unsafe(what: str, name: str) -> Decision:
+    return Decision(False, None, f"{what} {name!r} has characters outside [A-Za-z0-9_.-]; no rule can match it")

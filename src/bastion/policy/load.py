@@ -1,0 +1,166 @@
+"""Policy files in, a compiled ``PolicySet`` out, or a ConfigError that names file, line and key path.
+
+Three passes per file: strict YAML (``yamlsrc``), the shipped JSON Schema (shape; unknown keys are errors), then
+the rules the schema cannot say (globs, patterns, rates, allow-on-annotations, ids unique across files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from bastion.errors import ConfigError
+from bastion.policy.build import build_costs, build_rule
+from bastion.policy.decide import PolicySet
+from bastion.policy.model import CostWeight, Rule
+from bastion.policy.yamlsrc import YamlSource, join_path, parse_yaml
+from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
+
+POLICY_SUFFIXES = (".yaml", ".yml")
+_Spec = RateLimitSpec | ConcurrencySpec
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyText:
+    """One policy file's name (as shown in errors) and its content."""
+
+    source: str
+    text: str
+
+
+def policy_schema() -> dict[str, Any]:
+    """The JSON Schema of a policy file, as shipped in the package."""
+    raw = resources.files("bastion.policy").joinpath("schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(raw)
+    return schema
+
+
+def policy_files(paths: Sequence[Path]) -> list[Path]:
+    """The files ``paths`` name: a file as given, a directory as its ``*.yaml``/``*.yml`` files, sorted.
+
+    Hidden entries are skipped: Kubernetes ConfigMap volumes keep their real files under ``..data`` and editors
+    leave ``.name.yaml.swp`` behind.
+    """
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir()
+                           if p.suffix in POLICY_SUFFIXES and not p.name.startswith(".") and p.is_file())
+            if not found:
+                raise ConfigError("no policy files (*.yaml, *.yml) in directory; refusing to run with no policy",
+                                  source=str(path))
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ConfigError("no such policy file or directory", source=str(path))
+    return files
+
+
+def read_policy_texts(paths: Sequence[Path]) -> list[PolicyText]:
+    texts = []
+    for file in policy_files(paths):
+        try:
+            texts.append(PolicyText(str(file), file.read_bytes().decode("utf-8")))
+        except OSError as exc:
+            raise ConfigError(f"cannot read policy file: {exc.strerror}", source=str(file)) from None
+        except UnicodeDecodeError:
+            raise ConfigError("policy file is not valid UTF-8", source=str(file)) from None
+    return texts
+
+
+def load_policies(paths: Sequence[Path]) -> PolicySet:
+    """Load, validate and compile the policy files under ``paths``. Raises ConfigError on the first problem."""
+    return compile_policies(read_policy_texts(paths))
+
+
+def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
+    validator = jsonschema.Draft202012Validator(policy_schema())
+    rules: list[Rule] = []
+    costs: list[CostWeight] = []
+    origins: dict[str, str] = {}
+    limits: dict[str, tuple[_Spec, str]] = {}
+    digest = hashlib.sha256()
+    sources = []
+    for item in texts:
+        digest.update(item.source.encode() + b"\0" + item.text.encode() + b"\0")
+        sources.append(item.source)
+        doc = parse_yaml(item.text, item.source)
+        _validate(doc, validator)
+        try:
+            file_rules = [build_rule(raw, f"rules[{i}]", doc) for i, raw in enumerate(doc.data.get("rules", []))]
+            costs.extend(build_costs(doc.data.get("costs", []), "costs"))
+        except ConfigError as exc:
+            raise _located(exc, doc) from None
+        for index, rule in enumerate(file_rules):
+            path = f"rules[{index}]"
+            if rule.id in origins:
+                raise doc.error(f"duplicate rule id {rule.id!r} (first defined at {origins[rule.id]})",
+                                f"{path}.id")
+            origins[rule.id] = rule.origin
+            _check_limit_names(rule, path, doc, limits)
+        rules.extend(file_rules)
+    return PolicySet(rules=tuple(rules), costs=tuple(costs), version=digest.hexdigest()[:16], files=tuple(sources))
+
+
+def _check_limit_names(rule: Rule, path: str, doc: YamlSource, seen: dict[str, tuple[_Spec, str]]) -> None:
+    # A limit name is the key of one counter; two different definitions under one name would share it.
+    groups: tuple[tuple[str, tuple[_Spec, ...]], ...] = (("limits", rule.limits), ("concurrency", rule.concurrency))
+    for key, specs in groups:
+        for i, spec in enumerate(specs):
+            where = f"{path}.{key}[{i}]"
+            name = f"{key}:{spec.name}"
+            if name in seen and seen[name][0] != spec:
+                raise doc.error(f"{key} name {spec.name!r} is already defined differently at {seen[name][1]}; "
+                                "a name is one counter, so give different limits different names", f"{where}.name")
+            seen.setdefault(name, (spec, f"{doc.source}:{doc.line_of(where)}"))
+
+
+def _validate(doc: YamlSource, validator: jsonschema.Draft202012Validator) -> None:
+    if not isinstance(doc.data, Mapping):
+        raise doc.error("a policy file must be a mapping with 'version: 1' and 'rules:'", None)
+    errors = list(validator.iter_errors(doc.data))
+    if not errors:
+        return
+    located = sorted((_describe(err, doc) for err in errors), key=lambda e: (e.line or 0, e.path or ""))
+    first = located[0]
+    if len(located) > 1:
+        first = ConfigError(f"{first.message} (and {len(located) - 1} more problem(s) in this file)",
+                            source=first.source, path=first.path, line=first.line)
+    raise first
+
+
+def _describe(err: jsonschema.ValidationError, doc: YamlSource) -> ConfigError:
+    path = ""
+    for part in err.absolute_path:
+        path = join_path(path, part)
+    message = err.message
+    if err.validator == "additionalProperties" and isinstance(err.instance, Mapping):
+        schema = err.schema if isinstance(err.schema, Mapping) else {}
+        allowed = sorted(schema.get("properties", {}))
+        unknown = sorted(k for k in err.instance if k not in allowed)
+        if unknown:
+            path = join_path(path, str(unknown[0]))
+            message = f"unknown key {unknown[0]!r}; allowed keys here: {', '.join(allowed)}"
+    elif err.validator == "required":
+        message = f"missing required key: {err.message.split(' is a required')[0]}"
+    elif err.validator == "const" and path == "version":
+        message = f"unsupported policy version {err.instance!r}; this bastion reads 'version: 1'"
+    elif err.validator == "anyOf":
+        message = "a claim value must be a string, number, boolean or null, or a non-empty list of them"
+    elif err.validator == "pattern" and path.endswith(".id"):
+        message = f"invalid rule id {err.instance!r}: use 1-128 ASCII letters, digits, '_', '.', '-'"
+    return doc.error(message, path or None)
+
+
+def _located(exc: ConfigError, doc: YamlSource) -> ConfigError:
+    if exc.source is not None:
+        return exc
+    return doc.error(exc.message, exc.path)
