@@ -1,0 +1,163 @@
+"""jsonschema, made safe to run on untrusted schemas.
+
+Each supported dialect gets a validator class (built once, at import) that differs from jsonschema's in three ways:
+
+- ``pattern``, ``patternProperties`` and ``additionalProperties`` match with RE2 (linear time) instead of ``re``;
+- every keyword spends one step of a per-validation budget, so composition or recursive ``$ref`` blow-ups stop;
+- ``format`` uses the cheap checker of ``formats.py``.
+
+Per-validation state (the budget and the tool's precompiled patterns) travels in a ``ContextVar``: jsonschema builds
+a new validator object for every subschema it descends into, so the validator cannot carry it, and the classes stay
+shared and immutable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft201909Validator, Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from jsonschema.validators import extend
+from referencing import Registry, Resource, Specification
+from referencing.exceptions import NoSuchResource
+from referencing.jsonschema import DRAFT4, DRAFT6, DRAFT7, DRAFT201909, DRAFT202012
+
+from bastion.validation.formats import build_format_checker
+from bastion.validation.regex import compile_pattern
+
+Keyword = Callable[[Any, Any, Any, Any], Any]
+
+
+class BudgetExhausted(Exception):
+    """The validation spent its step budget. Internal: mapped to a violation by ``compile.py``."""
+
+
+@dataclass(slots=True)
+class Run:
+    """State of one validation: the steps left and the tool's compiled patterns."""
+
+    patterns: Mapping[str, Any]
+    steps_left: int
+
+    def spend(self) -> None:
+        self.steps_left -= 1
+        if self.steps_left < 0:
+            raise BudgetExhausted
+
+    def regex(self, pattern: str) -> Any:
+        compiled = self.patterns.get(pattern)
+        # A pattern the compile-time scan did not see (reached only through a JSON-pointer $ref into a
+        # non-keyword location) is compiled here, still with RE2; it may raise UnsupportedPattern.
+        return compiled if compiled is not None else compile_pattern(pattern)
+
+
+CURRENT_RUN: ContextVar[Run | None] = ContextVar("bastion_validation_run", default=None)
+
+
+def _regex(pattern: str) -> Any:
+    run = CURRENT_RUN.get()
+    return run.regex(pattern) if run is not None else compile_pattern(pattern)
+
+
+def _refuse(uri: str) -> Resource[Any]:
+    # Never fetch: no network, no file. Any $ref that is not inside the schema is unresolvable.
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
+
+
+REFUSING_REGISTRY: Registry[Any] = Registry(retrieve=_refuse)  # type: ignore[call-arg]
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and _regex(pattern).search(instance) is None:
+        yield ValidationError("does not match pattern")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        regex = _regex(pattern)
+        for key, value in instance.items():
+            if regex.search(key) is not None:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, extra_schema: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    extras = additional_keys(instance, schema)
+    if validator.is_type(extra_schema, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], extra_schema, path=key)
+    elif extra_schema is False and extras:
+        yield ValidationError("additional properties are not allowed")
+
+
+def additional_keys(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """Keys of ``instance`` that neither ``properties`` nor ``patternProperties`` of ``schema`` cover, in order."""
+    properties = schema.get("properties", {})
+    regexes = [_regex(pattern) for pattern in schema.get("patternProperties", {})]
+    return [key for key in instance
+            if key not in properties and not any(regex.search(key) is not None for regex in regexes)]
+
+
+def _metered(keyword: Keyword) -> Keyword:
+    def run(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        current = CURRENT_RUN.get()
+        if current is not None:
+            current.spend()
+        return keyword(validator, value, instance, schema)
+
+    return run
+
+
+_RE2_KEYWORDS: dict[str, Keyword] = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
+
+FORMAT_CHECKER = build_format_checker()
+
+
+def _safe_class(base: Any) -> Any:
+    keywords = {name: _metered(_RE2_KEYWORDS.get(name, fn)) for name, fn in base.VALIDATORS.items()}
+    # No ``version``: that would register the class in jsonschema's global dialect table.
+    return extend(base, validators=keywords, format_checker=FORMAT_CHECKER)  # type: ignore[no-untyped-call]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    validator_class: Any
+    specification: Specification[Any]
+    # Whether unevaluatedProperties exists in this dialect; jsonschema evaluates its patternProperties with ``re``.
+    has_unevaluated: bool
+
+
+def _dialects() -> dict[str, Dialect]:
+    table = [
+        ("json-schema.org/draft/2020-12/schema", "2020-12", Draft202012Validator, DRAFT202012, True),
+        ("json-schema.org/draft/2019-09/schema", "2019-09", Draft201909Validator, DRAFT201909, True),
+        ("json-schema.org/draft-07/schema", "draft-07", Draft7Validator, DRAFT7, False),
+        ("json-schema.org/draft-06/schema", "draft-06", Draft6Validator, DRAFT6, False),
+        ("json-schema.org/draft-04/schema", "draft-04", Draft4Validator, DRAFT4, False),
+    ]
+    return {key: Dialect(name, _safe_class(base), spec, unevaluated) for key, name, base, spec, unevaluated in table}
+
+
+DIALECTS: Mapping[str, Dialect] = _dialects()
+DEFAULT_DIALECT = DIALECTS["json-schema.org/draft/2020-12/schema"]
+
+
+def dialect_key(uri: str) -> str:
+    """Normalise a ``$schema`` URI: scheme and empty fragment do not matter (``http://...draft-07/schema#``)."""
+    key = uri.strip()
+    for prefix in ("https://", "http://"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    return key.removesuffix("#")
