@@ -19,7 +19,7 @@ import httpx
 import orjson
 import structlog
 from jwt import PyJWK
-from jwt.exceptions import PyJWKError
+from jwt.exceptions import PyJWTError
 
 from bastion.auth.credentials import AuthUnavailable, CredentialRejected
 
@@ -100,7 +100,7 @@ class JwksCache:
             # Binding the algorithm to the key here is what makes a PS256 key unusable for an RS256 token, or an
             # RSA key for HS256: PyJWT refuses a token whose alg differs from the key's.
             key = PyJWK(dict(jwk), algorithm=alg)
-        except PyJWKError as exc:
+        except PyJWTError as exc:
             raise CredentialRejected(f"key kid={kid!r} does not fit alg={alg}: {exc}") from None
         self._prepared[(kid, alg)] = key
         return key
