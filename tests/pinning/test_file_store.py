@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +51,7 @@ async def test_concurrent_writers_keep_a_valid_file_and_lose_nothing(tmp_path: P
                 reads += 1
             await asyncio.sleep(0)
 
-    def adding(tool: str) -> object:
+    def adding(tool: str) -> Callable[[Mapping[str, Pin]], Put]:
         return lambda pins: Put({tool: pin(tool)})
 
     reading = asyncio.create_task(reader())
@@ -88,4 +88,4 @@ async def test_unwritable_location_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(PinStoreUnavailable):
         await store.update("files", lambda pins: Put({"a": pin("a")}))
     outcome = await Pinning(store, PinningConfig()).reconcile("files", [read_file(POISONED)])
-    assert (outcome.degraded, outcome.quarantined) == (True, {"read_file"})
+    assert (outcome.degraded, outcome.quarantined) == (True, frozenset({"read_file"}))

@@ -73,7 +73,7 @@ async def test_reject_keeps_the_tool_quarantined(tmp_path: Path) -> None:
     assert pin.candidate is not None
     assert (pin.status, pin.candidate.rejected_by) == ("quarantined", "bob")
     again = await pinning.reconcile("files", [read_file(POISONED)])
-    assert (again.quarantined, again.events) == ({"read_file"}, ())
+    assert (again.quarantined, again.events) == (frozenset({"read_file"}), ())
     # The admin may still approve a rejected change.
     await pinning.approve("files", "read_file", "alice")
     assert (await pinning.reconcile("files", [read_file(POISONED)])).quarantined == frozenset()

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TextIO
 
 import redis.asyncio as aioredis
+import structlog
 
 from bastion.pinning.config import PinningConfig
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
@@ -172,6 +173,8 @@ def _who(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # stdout is the command's output (tables, JSON lines); the pin events this process logs go to stderr.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     parser = argparse.ArgumentParser(prog="bastion")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
