@@ -35,9 +35,9 @@ class PolicyText:
     text: str
 
 
-def policy_schema() -> dict[str, Any]:
-    """The JSON Schema of a policy file, as shipped in the package."""
-    raw = resources.files("bastion.policy").joinpath("schema.json").read_text(encoding="utf-8")
+def policy_schema(name: str = "schema.json") -> dict[str, Any]:
+    """A JSON Schema shipped in this package: the policy file's by default."""
+    raw = resources.files("bastion.policy").joinpath(name).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(raw)
     return schema
 
@@ -87,13 +87,12 @@ def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
     costs: list[CostWeight] = []
     origins: dict[str, str] = {}
     limits: dict[str, tuple[_Spec, str]] = {}
-    digest = hashlib.sha256()
+    texts = list(texts)
     sources = []
     for item in texts:
-        digest.update(item.source.encode() + b"\0" + item.text.encode() + b"\0")
         sources.append(item.source)
         doc = parse_yaml(item.text, item.source)
-        _validate(doc, validator)
+        validate_document(doc, validator)
         try:
             file_rules = [build_rule(raw, f"rules[{i}]", doc) for i, raw in enumerate(doc.data.get("rules", []))]
             costs.extend(build_costs(doc.data.get("costs", []), "costs"))
@@ -107,7 +106,17 @@ def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
             origins[rule.id] = rule.origin
             _check_limit_names(rule, path, doc, limits)
         rules.extend(file_rules)
-    return PolicySet(rules=tuple(rules), costs=tuple(costs), version=digest.hexdigest()[:16], files=tuple(sources))
+    return PolicySet(rules=tuple(rules), costs=tuple(costs), version=content_version(texts),
+                     files=tuple(sources))
+
+
+def content_version(texts: Iterable[PolicyText]) -> str:
+    """A short hash of file names and contents: the policy version shown in logs, audit and status. Base names
+    only, so the same files give the same version however the path to them was spelled."""
+    digest = hashlib.sha256()
+    for item in texts:
+        digest.update(Path(item.source).name.encode() + b"\0" + item.text.encode() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _check_limit_names(rule: Rule, path: str, doc: YamlSource, seen: dict[str, tuple[_Spec, str]]) -> None:
@@ -123,9 +132,11 @@ def _check_limit_names(rule: Rule, path: str, doc: YamlSource, seen: dict[str, t
             seen.setdefault(name, (spec, f"{doc.source}:{doc.line_of(where)}"))
 
 
-def _validate(doc: YamlSource, validator: jsonschema.Draft202012Validator) -> None:
+def validate_document(doc: YamlSource, validator: jsonschema.Draft202012Validator,
+                      shape: str = "a mapping with 'version: 1' and 'rules:'") -> None:
+    """Raise the first schema violation (by line) as a ConfigError naming file, line and key path."""
     if not isinstance(doc.data, Mapping):
-        raise doc.error("a policy file must be a mapping with 'version: 1' and 'rules:'", None)
+        raise doc.error(f"the file must be {shape}", None)
     errors = list(validator.iter_errors(doc.data))
     if not errors:
         return

@@ -1,0 +1,111 @@
+"""Policy test cases: a YAML table of (principal, target, arguments) -> expected decision, for admins' CI."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import jsonschema
+
+from bastion.errors import ConfigError
+from bastion.policy.decide import PolicySet
+from bastion.policy.load import policy_schema, validate_document
+from bastion.policy.model import Decision, Kind
+from bastion.policy.yamlsrc import parse_yaml
+from bastion.principal import Principal
+from bastion.tool import ToolEntry
+
+_UNSET = "<unset>"
+_KINDS: tuple[Kind, ...] = ("tool", "prompt", "resource")
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    principal: Principal
+    kind: Kind
+    target: str
+    upstream: str
+    annotations: Mapping[str, Any]
+    args: Mapping[str, Any] | None  # None: "may the principal see it in a listing?"
+    expect: Literal["allow", "deny"]
+    rule: str | None = _UNSET  # _UNSET: any rule; None: the default deny
+    shadow: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CaseFile:
+    policies: tuple[Path, ...]
+    cases: tuple[Case, ...]
+
+
+def upstream_of(public_name: str) -> str:
+    """The upstream a public name belongs to by bastion's naming convention ``<prefix>__<tool>``."""
+    return public_name.split("__", 1)[0] if "__" in public_name else ""
+
+
+def tool_entry(public_name: str, upstream: str | None = None,
+               annotations: Mapping[str, Any] | None = None) -> ToolEntry:
+    """A catalogue entry good enough for a policy decision when no live catalogue is at hand."""
+    original = public_name.split("__", 1)[1] if "__" in public_name else public_name
+    definition: dict[str, Any] = {"name": public_name, "inputSchema": {"type": "object"}}
+    upstream_definition: dict[str, Any] = {"name": original, "inputSchema": {"type": "object"}}
+    if annotations:
+        upstream_definition["annotations"] = dict(annotations)
+    return ToolEntry(public_name=public_name, upstream=upstream or upstream_of(public_name), original_name=original,
+                     definition=definition, upstream_definition=upstream_definition)
+
+
+def load_cases(path: Path) -> CaseFile:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read test file: {exc}", source=str(path)) from None
+    doc = parse_yaml(text, str(path))
+    validate_document(doc, jsonschema.Draft202012Validator(policy_schema("cases.schema.json")),
+                      "a mapping with 'policies:' and 'cases:'")
+    raw_policies = doc.data["policies"]
+    policies = tuple(path.parent / p for p in ([raw_policies] if isinstance(raw_policies, str) else raw_policies))
+    cases = []
+    for i, raw in enumerate(doc.data["cases"]):
+        kinds: list[Kind] = [k for k in _KINDS if k in raw]
+        if len(kinds) != 1:
+            raise doc.error("each case names exactly one of 'tool', 'prompt' or 'resource'", f"cases[{i}]")
+        kind = kinds[0]
+        who = raw["principal"]
+        principal = Principal(id=who["id"], groups=frozenset(who.get("groups", ())),
+                              attributes=MappingProxyType(dict(who.get("claims", {}))))
+        target = raw[kind]
+        cases.append(Case(
+            name=raw.get("name") or f"case {i + 1} (line {doc.line_of(f'cases[{i}]')})",
+            principal=principal, kind=kind, target=target,
+            upstream=raw.get("upstream") or (upstream_of(target) if kind != "resource" else ""),
+            annotations=raw.get("annotations", {}), args=raw.get("args", {}) if kind == "tool" else None,
+            expect=raw["expect"], rule=raw.get("rule", _UNSET),
+            shadow=tuple(raw["shadow"]) if "shadow" in raw else None))
+    return CaseFile(policies=policies, cases=tuple(cases))
+
+
+def decide_case(policy: PolicySet, case: Case) -> Decision:
+    if case.kind == "prompt":
+        return policy.decide_prompt(case.principal, case.upstream, case.target)
+    if case.kind == "resource":
+        return policy.decide_resource(case.principal, case.upstream, case.target)
+    return policy.decide(case.principal, tool_entry(case.target, case.upstream, case.annotations), case.args)
+
+
+def check_case(policy: PolicySet, case: Case) -> list[str]:
+    """What is wrong with ``case`` under ``policy``; empty if it passes."""
+    decision = decide_case(policy, case)
+    problems = []
+    got = "allow" if decision.allowed else "deny"
+    if got != case.expect:
+        problems.append(f"expected {case.expect}, got {got}: {decision.reason}")
+    if case.rule != _UNSET and decision.rule_id != case.rule:
+        problems.append(f"expected rule {case.rule!r}, got {decision.rule_id!r}")
+    if case.shadow is not None and set(decision.shadow_denies) != set(case.shadow):
+        problems.append(f"expected shadow denies {sorted(case.shadow)}, got {sorted(decision.shadow_denies)}")
+    return problems

@@ -1,0 +1,184 @@
+"""``bastion policy check | explain | test``: validate, explain and test policies from the command line.
+
+The gateway's CLI mounts these under ``bastion policy`` via ``register``; ``python -m bastion.policy.cli`` runs
+them standalone. Exit codes: 0 ok/allowed, 1 invalid/denied/failing cases, 2 usage or load error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from bastion.errors import ConfigError
+from bastion.policy.cases import check_case, load_cases, tool_entry
+from bastion.policy.decide import PolicySet
+from bastion.policy.load import load_policies
+from bastion.policy.model import Decision
+from bastion.principal import Principal
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_ERROR = 2
+DEFAULT_POLICIES = Path("policies")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``check``, ``explain`` and ``test`` to ``subparsers`` (an argparse sub-parsers action); each sets
+    ``func(args) -> int``."""
+    check = subparsers.add_parser("check", help="validate policy files; non-zero exit on the first error")
+    check.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                       help=f"policy files or directories (default: {DEFAULT_POLICIES})")
+    check.set_defaults(func=run_check)
+
+    explain = subparsers.add_parser("explain", help="show the decision for one principal and one tool")
+    explain.add_argument("--policies", action="append", type=Path, metavar="PATH",
+                         help=f"policy file or directory, repeatable (default: {DEFAULT_POLICIES})")
+    explain.add_argument("--principal", required=True, metavar="ID", help="principal id")
+    explain.add_argument("--group", action="append", default=[], metavar="G", help="a group, repeatable")
+    explain.add_argument("--claim", action="append", default=[], metavar="K=V",
+                         help="a claim/attribute, repeatable; V is JSON if it parses, else a string")
+    target = explain.add_mutually_exclusive_group(required=True)
+    target.add_argument("--tool", metavar="NAME", help="public tool name, e.g. files__read_file")
+    target.add_argument("--prompt", metavar="NAME", help="public prompt name")
+    target.add_argument("--resource", metavar="URI", help="resource URI")
+    explain.add_argument("--upstream", metavar="U", help="the target's upstream (default: the NAME's prefix)")
+    explain.add_argument("--annotations", metavar="JSON", help="the tool's annotations as the upstream sends them")
+    explain.add_argument("--args", metavar="JSON", help="call arguments (default: {})")
+    explain.add_argument("--list", action="store_true",
+                         help="decide visibility in tools/list instead of a call (ignores --args)")
+    explain.add_argument("--json", action="store_true", help="print the decision as JSON")
+    explain.set_defaults(func=run_explain)
+
+    test = subparsers.add_parser("test", help="run a YAML table of cases against policies")
+    test.add_argument("file", type=Path, metavar="FILE")
+    test.set_defaults(func=run_test)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    paths = args.paths or [DEFAULT_POLICIES]
+    try:
+        policy = load_policies(paths)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"ok: {len(policy.files)} file(s), {len(policy.rules)} rule(s), version {policy.version}")
+    return EXIT_OK
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policies(args.policies or [DEFAULT_POLICIES])
+        principal = Principal(id=args.principal, groups=frozenset(args.group),
+                              attributes=MappingProxyType(_claims(args.claim)))
+        decision = _explain(policy, principal, args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(_decision_json(decision, policy), indent=2))
+    else:
+        _print_decision(decision, policy)
+    return EXIT_OK if decision.allowed else EXIT_FAILED
+
+
+def run_test(args: argparse.Namespace) -> int:
+    try:
+        case_file = load_cases(args.file)
+        policy = load_policies(case_file.policies)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    failed = 0
+    for case in case_file.cases:
+        problems = check_case(policy, case)
+        if problems:
+            failed += 1
+            print(f"FAIL {case.name}")
+            for problem in problems:
+                print(f"     {problem}")
+    passed = len(case_file.cases) - failed
+    print(f"{passed} passed, {failed} failed (policy version {policy.version})")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _explain(policy: PolicySet, principal: Principal, args: argparse.Namespace) -> Decision:
+    if args.prompt:
+        return policy.decide_prompt(principal, args.upstream or args.prompt.split("__", 1)[0], args.prompt)
+    if args.resource:
+        return policy.decide_resource(principal, args.upstream or "", args.resource)
+    annotations = _json_arg(args.annotations, "--annotations", {})
+    arguments = None if args.list else _json_arg(args.args, "--args", {})
+    if not isinstance(annotations, dict) or not (arguments is None or isinstance(arguments, dict)):
+        raise ConfigError("--annotations and --args must be JSON objects")
+    return policy.decide(principal, tool_entry(args.tool, args.upstream, annotations), arguments)
+
+
+def _claims(pairs: list[str]) -> dict[str, Any]:
+    claims: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--claim {pair!r}: expected KEY=VALUE")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if key in claims:  # a repeated claim is a list claim, like a token's "roles": [...]
+            previous = claims[key]
+            claims[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
+        else:
+            claims[key] = value
+    return claims
+
+
+def _json_arg(raw: str | None, flag: str, default: Any) -> Any:
+    if raw is None:
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
+
+
+def _decision_json(decision: Decision, policy: PolicySet) -> dict[str, Any]:
+    return {
+        "decision": "allow" if decision.allowed else "deny",
+        "rule": decision.rule_id,
+        "reason": decision.reason,
+        "shadow_denies": list(decision.shadow_denies),
+        "limits": [{"name": s.name, "rate": str(s.rate), "burst": s.effective_burst, "per": s.scope}
+                   for s in decision.limits],
+        "concurrency": [{"name": s.name, "max": s.max, "per": s.scope} for s in decision.concurrency],
+        "cost": decision.cost,
+        "policy_version": policy.version,
+    }
+
+
+def _print_decision(decision: Decision, policy: PolicySet) -> None:
+    data = _decision_json(decision, policy)
+    print(f"decision:      {data['decision']}")
+    print(f"rule:          {data['rule'] or '(none: default deny)'}")
+    print(f"reason:        {data['reason']}")
+    print(f"shadow denies: {', '.join(data['shadow_denies']) or 'none'}")
+    for spec in data["limits"]:
+        print(f"limit:         {spec['name']} {spec['rate']} burst {spec['burst']} per {spec['per']}")
+    for spec in data["concurrency"]:
+        print(f"concurrency:   {spec['name']} max {spec['max']} per {spec['per']}")
+    print(f"cost:          {data['cost']}")
+    print(f"policy:        version {data['policy_version']} ({len(policy.files)} file(s))")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bastion policy", description="Check, explain and test access policies.")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
