@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -15,6 +16,7 @@ from bastion.tool import ToolEntry
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
+@cache
 def schema_validator() -> Draft202012Validator:
     schema = json.loads(resources.files("bastion.audit").joinpath("schema.json").read_text())
     Draft202012Validator.check_schema(schema)

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bastion.audit.hook import CallAuditor
+from bastion.audit.log import AuditLog
+from bastion.audit.sinks import FileSink
+from bastion.metrics import Metrics
+from bastion.pipeline import CallRecord
+from tests.audit.helpers import assert_valid, context
+
+OUTCOMES = [("allowed", CallRecord(stage="complete", upstream_ms=5.0)),
+            ("denied", CallRecord(stage="policy", rule_id="r1")),
+            ("rate_limited", CallRecord(stage="ratelimit", limit="per-principal")),
+            ("invalid_input", CallRecord(stage="input_schema", violations=["/a"])),
+            ("upstream_error", CallRecord(stage="forward", upstream_ms=1.0)),
+            ("client_disconnected", CallRecord(stage="forward"))]
+
+
+def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body, _ = metrics.render()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
+
+
+async def test_one_record_per_call_under_concurrency(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    metrics = Metrics()
+    audit = AuditLog([FileSink(path)])
+    auditor = CallAuditor(audit, metrics=metrics, clock=lambda: 1_767_225_600.5)
+
+    async def one(i: int) -> None:
+        outcome, template = OUTCOMES[i % len(OUTCOMES)]
+        rec = CallRecord(stage=template.stage, rule_id=template.rule_id, limit=template.limit,
+                         violations=list(template.violations), upstream_ms=template.upstream_ms)
+        ctx = dataclasses.replace(context({"i": i}), request_id=f"q{i}")
+        await auditor(ctx, rec, outcome, None, 10.0)
+
+    await asyncio.gather(*(one(i) for i in range(240)))
+    await audit.close()
+    docs = [json.loads(line) for line in path.read_bytes().splitlines()]
+    assert sorted(d["request_id"] for d in docs) == sorted(f"q{i}" for i in range(240))
+    for d in docs:
+        assert_valid(d)
+        i = int(d["request_id"][1:])
+        assert d["outcome"] == OUTCOMES[i % len(OUTCOMES)][0]
+        assert d["time"] == "2026-01-01T00:00:00.490Z"  # the clock read at the end, minus the call's duration
+    samples = _samples(metrics)
+    calls = {k: v for k, v in samples.items() if k[0] == "bastion_tool_calls_total"}
+    assert sum(calls.values()) == 240
+    key = ("bastion_tool_calls_total", (("decision", "deny"), ("stage", "ratelimit"), ("tool", "files__read"),
+                                        ("upstream", "files")))
+    assert calls[key] == 40
+    assert samples[("bastion_ratelimit_rejections_total", (("limit", "per-principal"),))] == 40
+    assert samples[("bastion_validation_actions_total", (("action", "rejected"), ("direction", "input")))] == 40
+    assert samples[("bastion_upstream_latency_seconds_count", (("upstream", "files"),))] == 80
+    assert samples[("bastion_call_overhead_seconds_count", ())] == 240
