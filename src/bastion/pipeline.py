@@ -11,17 +11,22 @@ and no guard can forget to call the next one.
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from bastion.errors import RequestError, ToolError, UpstreamTimeout
 from bastion.principal import Principal
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 from bastion.tool import ToolEntry
 
 Era = Literal["legacy", "modern"]
-Stage = Literal["policy", "ratelimit", "input_schema", "forward", "output_schema", "sanitize", "pinning",
-                "complete"]
+# Stages are the guards' names plus these; kept as plain strings so a new guard needs no edit here.
+STAGES = ("resolve", "pinning", "policy", "ratelimit", "input_schema", "forward", "output_schema", "sanitize",
+          "complete")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +51,7 @@ class CallRecord:
     (schemas), ``sanitize`` (classes and counts), ``shadow`` (rules that would have denied).
     """
 
-    stage: Stage = "policy"
+    stage: str = "policy"
     decision: Literal["allow", "deny", "error"] = "allow"
     rule_id: str | None = None
     reason: str | None = None
@@ -80,3 +85,83 @@ class ResponseGuard(Protocol):
     name: str
 
     async def apply(self, ctx: CallContext, result: dict[str, Any], record: CallRecord) -> dict[str, Any]: ...
+
+
+Outcome = Literal["allowed", "denied", "rate_limited", "invalid_input", "invalid_output", "upstream_error",
+                  "timeout", "client_disconnected", "error"]
+
+# Which outcome a stop at each stage means when the stopping error does not say more.
+_STAGE_OUTCOME: dict[str, Outcome] = {
+    "resolve": "denied", "pinning": "denied", "policy": "denied", "ratelimit": "rate_limited",
+    "input_schema": "invalid_input", "forward": "upstream_error", "output_schema": "invalid_output",
+    "sanitize": "denied",
+}
+
+
+class AuditHook(Protocol):
+    """Writes the one audit record of a call. May raise ``AuditUnavailable`` when audit is required."""
+
+    async def __call__(self, ctx: CallContext, record: CallRecord, outcome: Outcome,
+                       result: dict[str, Any] | None, total_ms: float) -> None: ...
+
+
+Forward = Callable[[CallContext, CallRecord], Awaitable[dict[str, Any]]]
+
+
+class Pipeline:
+    """Runs the guards around one forward and writes exactly one audit record per call, whatever happens."""
+
+    def __init__(self, request_guards: Sequence[RequestGuard], response_guards: Sequence[ResponseGuard],
+                 audit: AuditHook) -> None:
+        self.request_guards = tuple(request_guards)
+        self.response_guards = tuple(response_guards)
+        self.audit = audit
+
+    async def run(self, ctx: CallContext, forward: Forward) -> dict[str, Any]:
+        record = CallRecord()
+        started = time.perf_counter()
+        outcome: Outcome = "allowed"
+        result: dict[str, Any] | None = None
+        failure: RequestError | None = None
+        try:
+            async with AsyncExitStack() as cleanup:
+                for guard in self.request_guards:
+                    record.stage = guard.name
+                    await guard.check(ctx, record, cleanup)
+                record.stage = "forward"
+                sent = time.perf_counter()
+                try:
+                    result = await forward(ctx, record)
+                finally:
+                    record.upstream_ms = (time.perf_counter() - sent) * 1000
+                for rguard in self.response_guards:
+                    record.stage = rguard.name
+                    result = await rguard.apply(ctx, result, record)
+                record.stage = "complete"
+        except ToolError as exc:
+            outcome = _STAGE_OUTCOME.get(record.stage, "error")
+            record.decision = "deny" if outcome in ("denied", "rate_limited", "invalid_input") else "error"
+            record.reason = record.reason or exc.message
+            result = exc.to_result()
+        except UpstreamTimeout as exc:
+            outcome, record.decision, record.reason = "timeout", "error", exc.message
+            failure = exc
+        except RequestError as exc:
+            outcome = _STAGE_OUTCOME.get(record.stage, "error")
+            record.decision = "deny" if outcome in ("denied", "rate_limited") else "error"
+            record.reason = record.reason or exc.message
+            failure = exc
+        except asyncio.CancelledError:
+            outcome, record.decision = "client_disconnected", "error"
+            record.reason = record.reason or "call cancelled by the client"
+            await self.audit(ctx, record, outcome, None, (time.perf_counter() - started) * 1000)
+            raise
+        if outcome == "allowed" and result is not None and result.get("isError") is True:
+            record.extra["upstream_is_error"] = True
+        # Audit before answering: with audit.required the hook raises and the caller gets an error instead of
+        # a result that was never recorded.
+        await self.audit(ctx, record, outcome, result, (time.perf_counter() - started) * 1000)
+        if failure is not None:
+            raise failure
+        assert result is not None
+        return result

@@ -1,0 +1,5 @@
+import sys
+
+from bastion.cli import main
+
+sys.exit(main())

@@ -1,0 +1,155 @@
+"""``create_app(settings)``: assemble the gateway and its HTTP routes.
+
+Assembly order follows dependencies: shared clients (httpx, Redis) → stores and sinks → upstreams and pool →
+guards and pipeline → front door. The lifespan starts the pool (connecting upstreams and publishing the first
+catalogue) before the server accepts requests, and on shutdown stops accepting, lets in-flight calls finish,
+then closes upstreams (stdio children get stdin EOF, SIGTERM, SIGKILL) and flushes the audit sinks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from bastion.audit.config import AuditConfig, build_audit_log
+from bastion.audit.hook import CallAuditor
+from bastion.audit.record import session_record
+from bastion.auth import build_authenticator, metadata_paths, protected_resource_metadata
+from bastion.auth.config import AuthConfig
+from bastion.gateway import Gateway
+from bastion.metrics import Metrics
+from bastion.pipeline import Pipeline, RequestGuard, ResponseGuard
+from bastion.pool import Member, UpstreamPool
+from bastion.principal import Principal
+from bastion.server.dispatch import Dispatcher
+from bastion.server.http import McpEndpoint
+from bastion.server.sessions import MemorySessionStore, SessionData
+from bastion.settings import Settings
+from bastion.upstream.config import build_upstream
+
+log = structlog.get_logger("bastion.app")
+
+
+@dataclass(slots=True)
+class Components:
+    """What the lifespan owns; exposed on ``app.state.bastion`` for tests and the admin endpoints."""
+
+    settings: Settings
+    gateway: Gateway
+    pool: UpstreamPool
+    http: httpx.AsyncClient
+    redis: aioredis.Redis | None
+    metrics: Metrics
+    closers: list[Any] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)
+
+
+def create_app(settings: Settings) -> Starlette:
+    http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
+                             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+                             follow_redirects=False)
+    redis_client = aioredis.Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0) \
+        if settings.redis_url else None
+    metrics = Metrics()
+
+    audit_cfg: AuditConfig = settings.section("audit")
+    audit_log = build_audit_log(audit_cfg, redis_client, on_sink_failure=metrics.audit_sink_failed)
+    auditor = CallAuditor(audit_log, metrics=metrics)
+
+    request_guards: list[RequestGuard] = []
+    response_guards: list[ResponseGuard] = []
+    pipeline = Pipeline(request_guards, response_guards, auditor)
+
+    store = MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions)
+    gateway = Gateway(settings, store=store, pipeline=pipeline)
+
+    members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix, timeout_s=cfg.timeout_s)
+               for cfg in settings.upstreams]
+    pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s)
+    gateway.pool = pool
+    metrics.declare_upstreams([m.upstream.name for m in members])
+
+    auth_cfg: AuthConfig = settings.section("auth")
+    authenticator = build_authenticator(auth_cfg, http)
+
+    async def on_session(event: str, data: SessionData, principal: Principal) -> None:
+        if event == "session.start":
+            metrics.session_opened()
+        else:
+            metrics.session_closed()
+        await audit_log.emit(session_record(
+            "session.start" if event == "session.start" else "session.end", at=time.time(), session=data.id,
+            era="legacy", principal=principal, client_info=dict(data.client_info),
+            protocol_version=data.protocol_version))
+
+    dispatcher = Dispatcher(gateway)
+    endpoint = McpEndpoint(gateway, dispatcher, authenticator.authenticate, on_session=on_session)
+    components = Components(settings=settings, gateway=gateway, pool=pool, http=http, redis=redis_client,
+                            metrics=metrics, closers=[audit_log])
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        checks: dict[str, Any] = {"upstreams": pool.health()}
+        ok = any(pool.health().values())
+        if redis_client is not None:
+            try:
+                await redis_client.ping()
+                checks["redis"] = True
+            except Exception:  # noqa: BLE001 - any failure means "not ready", reported in the body
+                checks["redis"] = False
+                ok = False
+        return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks},
+                            status_code=200 if ok else 503)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        for name, up in pool.health().items():
+            metrics.set_upstream_up(name, up)
+        metrics.set_catalogue_tools(len(gateway.view.catalogue.tools))
+        body, content_type = metrics.render(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
+    routes = [
+        Route(settings.listen.path, endpoint, methods=["GET", "POST", "DELETE"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+    ]
+    prm = protected_resource_metadata(auth_cfg)
+    if prm is not None:
+        async def prm_endpoint(request: Request) -> Response:
+            return JSONResponse(prm)
+
+        routes.extend(Route(p, prm_endpoint, methods=["GET"]) for p in metadata_paths(auth_cfg, settings.listen.path))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await pool.start()
+        log.info("bastion.ready", listen=f"http://{settings.listen.host}:{settings.listen.port}{settings.listen.path}",
+                 upstreams=pool.health(), tools=len(gateway.view.catalogue.tools))
+        try:
+            yield
+        finally:
+            await pool.close()
+            for closer in components.closers:
+                with contextlib.suppress(Exception):
+                    await closer.close()
+            await http.aclose()
+            if redis_client is not None:
+                await redis_client.aclose()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.bastion = components
+    return app

@@ -1,0 +1,77 @@
+"""The ``bastion`` command: serve the gateway, check a config, and the admin tools (policy, keys, pins)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from bastion import __version__
+from bastion.errors import ConfigError
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from bastion import settings as settings_mod
+    from bastion.app import create_app
+    from bastion.logs import configure_logging
+
+    cfg = settings_mod.load(args.config)
+    configure_logging("json" if cfg.logging.format == "json" else "console", cfg.logging.level)
+    host = args.host or cfg.listen.host
+    port = args.port if args.port is not None else cfg.listen.port
+    app = create_app(cfg)
+    # uvicorn handles SIGTERM/SIGINT: it stops accepting, waits for in-flight requests (bounded by
+    # timeout_graceful_shutdown), then runs our lifespan shutdown, which closes upstreams and flushes audit sinks.
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+                timeout_graceful_shutdown=args.grace, server_header=False, proxy_headers=False)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from bastion import settings as settings_mod
+
+    cfg = settings_mod.load(args.config)
+    names = ", ".join(f"{u.name} ({'no prefix' if not u.prefix else u.prefix})" for u in cfg.upstreams)
+    print(f"{cfg.source}: OK — {len(cfg.upstreams)} upstream(s): {names}")
+    if not cfg.policies:
+        print("warning: no 'policies' configured: every authenticated principal may call every tool")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bastion", description="Security gateway for the Model Context Protocol")
+    parser.add_argument("--version", action="version", version=f"bastion {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", "-c", help="config file (default: $BASTION_CONFIG)")
+    serve.add_argument("--host", help="override listen.host")
+    serve.add_argument("--port", type=int, help="override listen.port")
+    serve.add_argument("--grace", type=int, default=30, help="seconds to let in-flight calls finish on SIGTERM")
+    serve.set_defaults(func=_serve)
+
+    check = sub.add_parser("check", help="validate a config file without serving")
+    check.add_argument("--config", "-c", help="config file (default: $BASTION_CONFIG)")
+    check.set_defaults(func=_check)
+
+    from bastion.auth.cli import register as register_keys
+
+    register_keys(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"bastion: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

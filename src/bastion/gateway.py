@@ -1,0 +1,166 @@
+"""The gateway's live state: the current catalogue view, the pool, the pipeline, sessions.
+
+Everything here is either immutable and swapped whole (``View``, the access policy) or owned by the application
+lifespan (pool, stores). Request handlers read ``gateway.view`` once per request, so a refresh in the middle of a
+request never mixes two catalogue versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from bastion import catalogue as cat
+from bastion.errors import UpstreamUnavailable
+from bastion.pipeline import CallContext, CallRecord, Era, Pipeline
+from bastion.pool import UpstreamPool
+from bastion.principal import Principal
+from bastion.server.sessions import LiveSessions, SessionStore
+from bastion.settings import Settings
+from bastion.tool import ToolEntry
+from bastion.upstream.base import RelatedMessageHandler
+
+log = structlog.get_logger("bastion.gateway")
+
+
+class AccessControl(Protocol):
+    """What a principal may see. The same decision function that governs calls, so list and call agree."""
+
+    def tool_visible(self, principal: Principal, entry: ToolEntry) -> bool: ...
+
+    def prompt_visible(self, principal: Principal, upstream: str, public_name: str) -> bool: ...
+
+    def resource_visible(self, principal: Principal, upstream: str, uri: str) -> bool: ...
+
+    @property
+    def per_principal(self) -> bool:
+        """True when what a caller sees depends on who it is (modern ``cacheScope: private``)."""
+
+
+class AllowAll:
+    """No access policy configured: every authenticated principal sees and may call everything."""
+
+    per_principal = False
+
+    def tool_visible(self, principal: Principal, entry: ToolEntry) -> bool:
+        return True
+
+    def prompt_visible(self, principal: Principal, upstream: str, public_name: str) -> bool:
+        return True
+
+    def resource_visible(self, principal: Principal, upstream: str, uri: str) -> bool:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """One catalogue version with everything derived from it, swapped whole."""
+
+    catalogue: cat.Catalogue = field(default_factory=cat.Catalogue)
+    # Tools hidden from lists and refused on call whatever the policy says (hostile schema, changed pin…),
+    # with the reason for the log and the audit record.
+    quarantined: Mapping[str, str] = field(default_factory=dict)
+    # Per-tool objects derived once per version (compiled validators), keyed by public name.
+    derived: Mapping[str, Any] = field(default_factory=dict)
+    instructions: str | None = None
+
+
+# Turns a freshly merged catalogue into a view; feature modules contribute steps (sanitizing definitions,
+# pinning, compiling schemas). Steps run in order, each receiving the previous view.
+ViewStep = Callable[[View, Mapping[str, cat.UpstreamLists]], Awaitable[View]]
+ChangeListener = Callable[[list[str]], Awaitable[None]]
+
+
+class Gateway:
+    def __init__(self, settings: Settings, *, store: SessionStore, pipeline: Pipeline,
+                 access: AccessControl | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.live = LiveSessions()
+        self.pipeline = pipeline
+        self.access: AccessControl = access or AllowAll()
+        self.view = View()
+        self.pool: UpstreamPool | None = None
+        self.view_steps: list[ViewStep] = []
+        self.change_listeners: list[ChangeListener] = []
+        # Cleans upstream text on its way to clients outside tool results (progress and log messages); the
+        # sanitizer replaces this identity when it is enabled.
+        self.clean_notification: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda method, params: params
+        self.client_request_timeout = 300.0
+        self._rebuild_lock = asyncio.Lock()
+
+    async def forward(self, upstream: str, method: str, params: dict[str, Any],
+                      on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
+        """Send one request to an upstream under its configured timeout."""
+        if self.pool is None:
+            raise UpstreamUnavailable(upstream)
+        member = self.pool.member(upstream)
+        return await member.upstream.request(method, params, timeout=member.timeout_s, on_message=on_message)
+
+    async def audit_unknown_tool(self, principal: Principal, name: str, arguments: dict[str, Any], *,
+                                 era: Era, session_id: str | None, client_info: Mapping[str, Any] | None) -> None:
+        """An unknown tool is a call too: it gets its audit record like every other."""
+        entry = ToolEntry(public_name=name[:200], upstream="", original_name="", definition={},
+                          upstream_definition={})
+        ctx = CallContext(request_id=secrets.token_hex(8), principal=principal, tool=entry, arguments=arguments,
+                          era=era, session_id=session_id, client_info=dict(client_info) if client_info else None)
+        record = CallRecord(stage="resolve", decision="deny", reason="unknown tool")
+        await self.pipeline.audit(ctx, record, "denied", None, 0.0)
+
+    @property
+    def unprefixed(self) -> Sequence[str]:
+        return [u.name for u in self.settings.upstreams if not u.prefix]
+
+    def upstream_of(self, name: str) -> Any:
+        for up in self.settings.upstreams:
+            if up.name == name:
+                return up
+        raise KeyError(name)
+
+    async def rebuild(self, lists: Mapping[str, cat.UpstreamLists]) -> None:
+        """Merge the upstreams' lists into a new view, swap it in, and announce what changed."""
+        async with self._rebuild_lock:
+            merged = cat.build(lists.values(), separator=self.settings.catalogue.separator,
+                               on_collision=self.settings.catalogue.on_collision)
+            view = View(catalogue=merged, instructions=self._instructions())
+            for step in self.view_steps:
+                view = await step(view, lists)
+            old, self.view = self.view, view
+            changed = _changes(old, view)
+            log.info("catalogue.published", version=view.catalogue.version, tools=len(view.catalogue.tools),
+                     quarantined=len(view.quarantined), changed=changed or None)
+        if changed and old.catalogue.version != "":
+            for listener in self.change_listeners:
+                await listener(changed)
+
+    def _instructions(self) -> str | None:
+        if self.pool is None:
+            return None
+        parts = []
+        for name in self.pool.names:
+            info = self.pool.member(name).upstream.info
+            if info is not None and info.instructions:
+                parts.append(f"[{name}] {info.instructions}")
+        return "\n\n".join(parts) or None
+
+    def visible_tools(self, principal: Principal) -> list[ToolEntry]:
+        view = self.view
+        return [t for t in view.catalogue.tools
+                if t.public_name not in view.quarantined and self.access.tool_visible(principal, t)]
+
+
+def _changes(old: View, new: View) -> list[str]:
+    changed = []
+    if [t.definition for t in old.catalogue.tools if t.public_name not in old.quarantined] != \
+            [t.definition for t in new.catalogue.tools if t.public_name not in new.quarantined]:
+        changed.append("tools")
+    if [p.definition for p in old.catalogue.prompts] != [p.definition for p in new.catalogue.prompts]:
+        changed.append("prompts")
+    if (old.catalogue.resources, old.catalogue.templates) != (new.catalogue.resources, new.catalogue.templates):
+        changed.append("resources")
+    return changed

@@ -1,0 +1,31 @@
+"""The feature sections of the config file and the module that parses each.
+
+One table, so the set of valid top-level keys is visible in one place. Each parser receives the section's raw
+value (``None`` when absent) and what the core already parsed (listen address, config directory, Redis URL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from bastion.audit.config import AuditConfig
+from bastion.auth.config import AuthConfig
+
+if TYPE_CHECKING:
+    from bastion.settings import _Partial
+
+
+def _auth(data: Any, core: _Partial) -> AuthConfig:
+    return AuthConfig.from_mapping(data, "auth", listen_host=core.listen.host, base_dir=core.base_dir)
+
+
+def _audit(data: Any, core: _Partial) -> AuditConfig:
+    return AuditConfig.from_mapping(data, "audit")
+
+
+SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType({
+    "auth": _auth,
+    "audit": _audit,
+})

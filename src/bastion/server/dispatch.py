@@ -1,0 +1,318 @@
+"""Method dispatch: what bastion answers itself, and how it routes the rest to upstreams.
+
+The handlers here know the MCP method shapes; they know nothing of HTTP. ``Scope`` carries what a request's era
+and session established (principal, negotiated version, client capabilities) and the channel back to the client.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+
+from bastion import __version__, jsonrpc
+from bastion import catalogue as cat
+from bastion.errors import (
+    INVALID_PARAMS,
+    InvalidParams,
+    MethodNotFound,
+    ProtocolError,
+    UnknownTool,
+)
+from bastion.gateway import Gateway
+from bastion.jsonrpc import Message, RequestId
+from bastion.pipeline import CallContext, CallRecord, Era
+from bastion.principal import Principal
+from bastion.server.emitter import Emitter
+from bastion.server.sessions import LiveSession, SessionData
+
+log = structlog.get_logger("bastion.dispatch")
+
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_VERSIONS = ("2026-07-28",)
+LATEST_LEGACY = LEGACY_VERSIONS[-1]
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPS = "io.modelcontextprotocol/clientCapabilities"
+META_INFO = "io.modelcontextprotocol/clientInfo"
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+# Server-to-client requests an upstream may make mid-call, and the client capability each one needs.
+CLIENT_REQUESTS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+SERVER_INFO = {"name": "bastion", "title": "bastion MCP gateway", "version": __version__}
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    principal: Principal
+    era: Era
+    protocol_version: str
+    client_capabilities: Mapping[str, Any]
+    client_info: Mapping[str, Any] | None
+    emitter: Emitter
+    session: SessionData | None = None
+    live: LiveSession | None = None
+    log_level: str | None = None
+    traceparent: str | None = None
+
+
+def server_capabilities() -> dict[str, Any]:
+    return {"tools": {"listChanged": True}, "prompts": {"listChanged": True},
+            "resources": {"listChanged": True}, "completions": {}, "logging": {}}
+
+
+def negotiate(requested: Any) -> str:
+    """Echo the client's version when bastion speaks it, else offer the latest legacy one (the client decides)."""
+    return requested if requested in LEGACY_VERSIONS else LATEST_LEGACY
+
+
+Handler = Callable[[Scope, dict[str, Any], RequestId | None], Awaitable[dict[str, Any]]]
+
+
+class Dispatcher:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+        self._handlers: dict[str, Handler] = {
+            "ping": self._ping,
+            "tools/list": self._tools_list,
+            "tools/call": self._tools_call,
+            "prompts/list": self._prompts_list,
+            "prompts/get": self._prompts_get,
+            "resources/list": self._resources_list,
+            "resources/templates/list": self._templates_list,
+            "resources/read": self._resources_read,
+            "completion/complete": self._complete,
+            "logging/setLevel": self._set_level,
+            "server/discover": self._discover,
+        }
+
+    def knows(self, method: str, era: Era) -> bool:
+        if era == "modern":
+            return method in self._handlers and method not in ("ping", "logging/setLevel")
+        return method in self._handlers and method != "server/discover"
+
+    async def handle(self, scope: Scope, msg: Message) -> dict[str, Any]:
+        handler = self._handlers.get(msg.method)
+        if handler is None or not self.knows(msg.method, scope.era):
+            raise MethodNotFound(msg.method, http_status=404 if scope.era == "modern" else 200)
+        return await handler(scope, msg.params, msg.id)
+
+    # -- local answers --------------------------------------------------------------------------------------
+
+    async def _ping(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        return {}
+
+    async def _set_level(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        level = params.get("level")
+        if level not in LOG_LEVELS:
+            raise InvalidParams(f"Invalid log level: must be one of {', '.join(LOG_LEVELS)}")
+        if scope.session is not None:
+            await self.gw.store.update(replace(scope.session, log_level=str(level)))
+        return {}
+
+    def initialize_result(self, version: str) -> dict[str, Any]:
+        result: dict[str, Any] = {"protocolVersion": version, "capabilities": server_capabilities(),
+                                  "serverInfo": SERVER_INFO}
+        if self.gw.view.instructions:
+            result["instructions"] = self.gw.view.instructions
+        return result
+
+    async def _discover(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "supportedVersions": [*MODERN_VERSIONS, *reversed(LEGACY_VERSIONS)],
+            "capabilities": server_capabilities(), "ttlMs": 60_000, "cacheScope": "public",
+        }
+        if self.gw.view.instructions:
+            result["instructions"] = self.gw.view.instructions
+        return result
+
+    # -- tools ----------------------------------------------------------------------------------------------
+
+    def _cache_hints(self, scope: Scope, result: dict[str, Any]) -> dict[str, Any]:
+        if scope.era == "modern":
+            # What a caller sees depends on who it is as soon as a policy filters lists: never a shared cache.
+            result["ttlMs"] = 0 if self.gw.access.per_principal else 30_000
+            result["cacheScope"] = "private" if self.gw.access.per_principal else "public"
+        return result
+
+    async def _tools_list(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        visible = self.gw.visible_tools(scope.principal)
+        names = [t.public_name for t in visible]
+        start, end, next_cursor = cat.page(names, params.get("cursor"), self.gw.settings.catalogue.page_size)
+        result: dict[str, Any] = {"tools": [dict(t.definition) for t in visible[start:end]]}
+        if next_cursor is not None:
+            result["nextCursor"] = next_cursor
+        return self._cache_hints(scope, result)
+
+    async def _tools_call(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise InvalidParams("tools/call requires a string 'name'")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise InvalidParams("tools/call 'arguments' must be an object")
+        view = self.gw.view
+        entry = view.catalogue.tool(name)
+        meta = jsonrpc.obj(params.get("_meta"))
+        if entry is None:
+            await self.gw.audit_unknown_tool(scope.principal, name, arguments, era=scope.era,
+                                             session_id=scope.session.id if scope.session else None,
+                                             client_info=scope.client_info)
+            raise UnknownTool(name)
+        ctx = CallContext(
+            request_id=secrets.token_hex(8), principal=scope.principal, tool=entry, arguments=arguments,
+            era=scope.era, session_id=scope.session.id if scope.session else None,
+            client_info=dict(scope.client_info) if scope.client_info else None,
+            traceparent=meta.get("traceparent") if isinstance(meta.get("traceparent"), str) else None,
+        )
+        progress_token = meta.get("progressToken")
+
+        async def forward(ctx: CallContext, record: CallRecord) -> dict[str, Any]:
+            fwd: dict[str, Any] = {"name": entry.original_name, "arguments": ctx.arguments}
+            out_meta = {k: meta[k] for k in ("progressToken", "traceparent", "tracestate") if k in meta}
+            if out_meta:
+                fwd["_meta"] = out_meta
+            result = await self.gw.forward(entry.upstream, "tools/call", fwd,
+                                           on_message=self._relay(scope, progress_token))
+            return _map_result_uris(result, self.gw.upstream_of(entry.upstream).prefix)
+
+        return await self.gw.pipeline.run(ctx, forward)
+
+    def _relay(self, scope: Scope, progress_token: Any) -> Callable[[str, Mapping[str, Any]],
+                                                                      Awaitable[Mapping[str, Any] | None]]:
+        async def on_message(method: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            if method == "notifications/progress":
+                if progress_token is not None:
+                    await scope.emitter.notify(method, self.gw.clean_notification(method, dict(params)))
+                return None
+            if method == "notifications/message":
+                if _level_allows(scope.log_level, params.get("level"), scope.era):
+                    await scope.emitter.notify(method, self.gw.clean_notification(method, dict(params)))
+                return None
+            capability = CLIENT_REQUESTS.get(method)
+            if capability is not None:
+                if capability not in scope.client_capabilities or scope.era != "legacy":
+                    raise ProtocolError(-32601, f"the client did not declare the {capability} capability")
+                return await scope.emitter.ask(method, dict(params), timeout=self.gw.client_request_timeout)
+            if method.startswith("notifications/"):
+                return None
+            raise ProtocolError(-32601, f"Method not found: {method}")
+
+        return on_message
+
+    # -- prompts --------------------------------------------------------------------------------------------
+
+    async def _prompts_list(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        visible = [p for p in self.gw.view.catalogue.prompts
+                   if self.gw.access.prompt_visible(scope.principal, p.upstream, p.public_name)]
+        start, end, nxt = cat.page([p.public_name for p in visible], params.get("cursor"),
+                                   self.gw.settings.catalogue.page_size)
+        result: dict[str, Any] = {"prompts": [dict(p.definition) for p in visible[start:end]]}
+        if nxt is not None:
+            result["nextCursor"] = nxt
+        return self._cache_hints(scope, result)
+
+    async def _prompts_get(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        name = params.get("name")
+        entry = self.gw.view.catalogue.prompt(name) if isinstance(name, str) else None
+        if entry is None or not self.gw.access.prompt_visible(scope.principal, entry.upstream, entry.public_name):
+            raise InvalidParams(f"Unknown prompt: {name}")
+        fwd = {**params, "name": entry.original_name}
+        return await self.gw.forward(entry.upstream, "prompts/get", fwd)
+
+    # -- resources ------------------------------------------------------------------------------------------
+
+    async def _resources_list(self, scope: Scope, params: dict[str, Any],
+                              rid: RequestId | None) -> dict[str, Any]:
+        return self._list_resources(scope, params, self.gw.view.catalogue.resources, "uri", "resources")
+
+    async def _templates_list(self, scope: Scope, params: dict[str, Any],
+                              rid: RequestId | None) -> dict[str, Any]:
+        return self._list_resources(scope, params, self.gw.view.catalogue.templates, "uriTemplate",
+                                    "resourceTemplates")
+
+    def _list_resources(self, scope: Scope, params: dict[str, Any],
+                        items: tuple[tuple[str, Mapping[str, Any]], ...], key: str, out: str) -> dict[str, Any]:
+        visible = sorted(((up, r) for up, r in items
+                          if self.gw.access.resource_visible(scope.principal, up, str(r.get(key)))),
+                         key=lambda pair: str(pair[1].get(key)))
+        start, end, nxt = cat.page([str(r.get(key)) for _, r in visible], params.get("cursor"),
+                                   self.gw.settings.catalogue.page_size)
+        result: dict[str, Any] = {out: [dict(r) for _, r in visible[start:end]]}
+        if nxt is not None:
+            result["nextCursor"] = nxt
+        return self._cache_hints(scope, result)
+
+    async def _resources_read(self, scope: Scope, params: dict[str, Any],
+                              rid: RequestId | None) -> dict[str, Any]:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            raise InvalidParams("resources/read requires a string 'uri'")
+        routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed)
+        if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], uri):
+            raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
+        upstream, original = routed
+        result = await self.gw.forward(upstream, "resources/read", {**params, "uri": original})
+        prefix = self.gw.upstream_of(upstream).prefix
+        contents = result.get("contents")
+        if prefix and isinstance(contents, list):
+            result["contents"] = [
+                {**c, "uri": cat.public_uri(prefix, c["uri"])} if isinstance(c, dict) and isinstance(
+                    c.get("uri"), str) else c for c in contents]
+        return self._cache_hints(scope, result)
+
+    # -- completion -----------------------------------------------------------------------------------------
+
+    async def _complete(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        ref = params.get("ref")
+        if not isinstance(ref, dict):
+            raise InvalidParams("completion/complete requires a 'ref' object")
+        if ref.get("type") == "ref/prompt":
+            name = ref.get("name")
+            entry = self.gw.view.catalogue.prompt(name) if isinstance(name, str) else None
+            if entry is None or not self.gw.access.prompt_visible(scope.principal, entry.upstream,
+                                                                  entry.public_name):
+                raise InvalidParams(f"Unknown prompt: {name}")
+            return await self.gw.forward(entry.upstream, "completion/complete",
+                                         {**params, "ref": {**ref, "name": entry.original_name}})
+        if ref.get("type") == "ref/resource":
+            uri = ref.get("uri")
+            routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed) if isinstance(uri, str) \
+                else None
+            if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], str(uri)):
+                raise InvalidParams(f"Unknown resource template: {uri}")
+            return await self.gw.forward(routed[0], "completion/complete",
+                                         {**params, "ref": {**ref, "uri": routed[1]}})
+        raise ProtocolError(INVALID_PARAMS, "ref.type must be ref/prompt or ref/resource")
+
+
+def _level_allows(floor: str | None, level: Any, era: Era) -> bool:
+    if floor is None:
+        # Modern clients get log messages only when they asked (per request); legacy ones until they set a floor.
+        return era == "legacy"
+    try:
+        return LOG_LEVELS.index(str(level)) >= LOG_LEVELS.index(floor)
+    except ValueError:
+        return False
+
+
+def _map_result_uris(result: dict[str, Any], prefix: str | None) -> dict[str, Any]:
+    """Give resource URIs inside a prefixed upstream's tool result their public form, so reads route back."""
+    content = result.get("content")
+    if not prefix or not isinstance(content, list):
+        return result
+    mapped = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "resource_link" and isinstance(block.get("uri"), str):
+            block = {**block, "uri": cat.public_uri(prefix, block["uri"])}
+        elif isinstance(block, dict) and block.get("type") == "resource" and isinstance(block.get("resource"), dict) \
+                and isinstance(block["resource"].get("uri"), str):
+            block = {**block, "resource": {**block["resource"],
+                                           "uri": cat.public_uri(prefix, block["resource"]["uri"])}}
+        mapped.append(block)
+    return {**result, "content": mapped}

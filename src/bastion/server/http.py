@@ -1,0 +1,403 @@
+"""The front door: MCP Streamable HTTP on one endpoint, both protocol eras.
+
+Order of checks on every request, and why:
+1. Host, then Origin: DNS-rebinding and cross-site requests are refused before anything else, including
+   authentication, so a hostile page cannot even probe credentials.
+2. Authentication: every request on its own (a session is never a credential). A failure is HTTP 401.
+3. Body size, then JSON parsing: refuse oversized bodies before parsing them.
+4. Era: ``initialize`` opens a legacy session; a request whose ``_meta`` carries a protocol version is served
+   statelessly (2026-07-28); otherwise a legacy session id is required.
+5. Session: unknown id, or an id opened by another principal, is 404 (indistinguishable on purpose).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Send
+from starlette.types import Scope as AsgiScope
+
+from bastion import jsonrpc
+from bastion.errors import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    REQUEST_TOO_LARGE,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    HttpError,
+    ProtocolError,
+    RequestError,
+)
+from bastion.gateway import Gateway
+from bastion.principal import Principal
+from bastion.server import dispatch as d
+from bastion.server.emitter import Emitter, NullEmitter, StreamEmitter
+from bastion.server.guards import accepts, check_host, check_origin
+from bastion.server.sessions import LiveSession, SessionData, new_session_id
+from bastion.sse import encode_event
+
+log = structlog.get_logger("bastion.http")
+
+Authenticate = Callable[[Mapping[str, str]], Awaitable[Principal]]
+SessionEvent = Callable[[str, SessionData, Principal], Awaitable[None]]
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+KEEPALIVE_S = 15.0
+
+
+def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(jsonrpc.dumps(body), status_code=status, media_type="application/json",
+                    headers=dict(headers or {}))
+
+
+def http_error_response(exc: HttpError) -> Response:
+    body = jsonrpc.error_body(exc.code if exc.code is not None else INVALID_REQUEST, exc.message, exc.data)
+    return json_response(body, exc.status, exc.headers)
+
+
+class McpEndpoint:
+    """ASGI app for the MCP endpoint path."""
+
+    def __init__(self, gateway: Gateway, dispatcher: d.Dispatcher, authenticate: Authenticate,
+                 on_session: SessionEvent | None = None) -> None:
+        self.gw = gateway
+        self.dispatcher = dispatcher
+        self.authenticate = authenticate
+        self.listen = gateway.settings.listen
+        self.on_session = on_session
+        self._ids = itertools.count(1)
+        gateway.change_listeners.append(self._announce)
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            response = await self._serve(request)
+        except HttpError as exc:
+            if exc.log_detail:
+                log.info("http.refused", status=exc.status, reason=exc.message, detail=exc.log_detail)
+            response = http_error_response(exc)
+        except ProtocolError as exc:
+            response = json_response(jsonrpc.error(None, exc), exc.http_status)
+        await response(scope, receive, send)
+
+    async def _serve(self, request: Request) -> Response:
+        headers = request.headers
+        check_host(headers.get("host"), self.listen)
+        check_origin(headers.get("origin"), self.listen)
+        principal = await self.authenticate(headers)
+        if request.method == "POST":
+            return await self._post(request, principal)
+        if request.method == "GET":
+            return await self._get(request, principal)
+        if request.method == "DELETE":
+            return await self._delete(request, principal)
+        raise HttpError(405, "Method Not Allowed", headers={"Allow": "GET, POST, DELETE"})
+
+    # -- sessions -------------------------------------------------------------------------------------------
+
+    async def _session(self, request: Request, principal: Principal, *, required: bool) -> SessionData | None:
+        sid = request.headers.get("mcp-session-id")
+        if sid is None:
+            if required:
+                raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
+            return None
+        data = await self.gw.store.get(sid)
+        # Another principal's session id is answered like an unknown one, so session ids cannot be probed.
+        if data is None or data.principal_id != principal.id:
+            raise HttpError(404, "Session not found", code=INVALID_REQUEST)
+        version = request.headers.get("mcp-protocol-version")
+        if version is not None and version != data.protocol_version:
+            raise HttpError(400, f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}",
+                            data={"supported": [data.protocol_version]})
+        return data
+
+    # -- POST -----------------------------------------------------------------------------------------------
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.listen.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise HttpError(413, "Request body too large", code=REQUEST_TOO_LARGE)
+        chunks = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HttpError(413, "Request body too large", code=REQUEST_TOO_LARGE)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _post(self, request: Request, principal: Principal) -> Response:
+        json_ok, sse_ok = accepts(request.headers.get("accept"))
+        if not (json_ok or sse_ok):
+            raise HttpError(406, "Not Acceptable: Accept must include application/json or text/event-stream")
+        try:
+            body = jsonrpc.loads(await self._read_body(request))
+        except ProtocolError as exc:
+            return json_response(jsonrpc.error(None, exc), 400)
+        if isinstance(body, list):
+            return await self._batch(request, principal, body)
+        try:
+            msg = jsonrpc.classify(body)
+        except ProtocolError as exc:
+            return json_response(jsonrpc.error(None, exc), 400)
+
+        if msg.kind == "request" and msg.method == "initialize":
+            return await self._initialize(principal, msg)
+        meta = msg.params.get("_meta")
+        if isinstance(meta, dict) and d.META_VERSION in meta:
+            return await self._modern(request, principal, msg, meta, sse_ok)
+        if request.headers.get("mcp-session-id") is None and msg.kind == "request" and \
+                msg.method == "server/discover":
+            # A 2026-07-28 client probing without _meta: answer in the modern error shape so it can fix and retry.
+            raise ProtocolError(INVALID_PARAMS, "Missing required _meta field " + d.META_VERSION, http_status=400)
+        session = await self._session(request, principal, required=True)
+        assert session is not None
+        return await self._legacy(request, principal, session, msg, sse_ok)
+
+    async def _initialize(self, principal: Principal, msg: jsonrpc.Message) -> Response:
+        params = msg.params
+        version = d.negotiate(params.get("protocolVersion"))
+        caps = jsonrpc.obj(params.get("capabilities"))
+        info = jsonrpc.obj(params.get("clientInfo"))
+        data = SessionData(id=new_session_id(), principal_id=principal.id, protocol_version=version,
+                           client_capabilities=caps,
+                           client_info={k: info[k] for k in ("name", "version", "title") if k in info},
+                           created_at=time.time())
+        await self.gw.store.create(data)
+        if self.on_session is not None:
+            await self.on_session("session.start", data, principal)
+        log.info("session.start", session=data.id[:8], principal=principal.id, version=version,
+                 client=data.client_info.get("name"))
+        return json_response(jsonrpc.result(msg.id, self.dispatcher.initialize_result(version)),
+                             headers={"Mcp-Session-Id": data.id})
+
+    async def _legacy(self, request: Request, principal: Principal, session: SessionData, msg: jsonrpc.Message,
+                      sse_ok: bool) -> Response:
+        live = self.gw.live.get(session.id)
+        if msg.kind == "notification":
+            await self._client_notification(session, live, msg)
+            return Response(status_code=202)
+        if msg.kind == "response":
+            fut = live.pending.get(msg.raw.get("id"))
+            if fut is not None and not fut.done():
+                fut.set_result(msg.raw)
+            return Response(status_code=202)
+        scope = d.Scope(principal=principal, era="legacy", protocol_version=session.protocol_version,
+                        client_capabilities=session.client_capabilities, client_info=session.client_info,
+                        emitter=NullEmitter(), session=session, live=live, log_level=session.log_level)
+        if sse_ok and self._wants_stream(msg, scope):
+            return self._stream(scope, msg, live)
+        return await self._answer_json(scope, msg, live)
+
+    async def _client_notification(self, session: SessionData, live: LiveSession, msg: jsonrpc.Message) -> None:
+        if msg.method == "notifications/initialized" and not session.initialized:
+            from dataclasses import replace
+
+            await self.gw.store.update(replace(session, initialized=True))
+        elif msg.method == "notifications/cancelled":
+            task = live.inflight.get(msg.params.get("requestId"))
+            if task is not None:
+                task.cancel()
+
+    def _wants_stream(self, msg: jsonrpc.Message, scope: d.Scope) -> bool:
+        """SSE only when the request may need it: JSON is cheaper, and most calls need nothing else."""
+        if msg.method != "tools/call":
+            return False
+        meta = msg.params.get("_meta")
+        if isinstance(meta, dict) and ("progressToken" in meta or d.META_LOG_LEVEL in meta):
+            return True
+        if scope.era == "legacy" and (scope.log_level is not None or
+                                      any(c in scope.client_capabilities for c in d.CLIENT_REQUESTS.values())):
+            return True
+        return False
+
+    async def _answer_json(self, scope: d.Scope, msg: jsonrpc.Message, live: LiveSession | None) -> Response:
+        answer = await self._run(scope, msg, live)
+        status = 200
+        if "error" in answer and scope.era == "modern":
+            status = answer.pop("_status", 200)
+        answer.pop("_status", None)
+        return json_response(answer, status)
+
+    async def _run(self, scope: d.Scope, msg: jsonrpc.Message, live: LiveSession | None) -> dict[str, Any]:
+        """Dispatch one request to a JSON-RPC response object; registered for cancellation while it runs."""
+        task = asyncio.current_task()
+        if live is not None and task is not None and msg.id is not None:
+            live.inflight[msg.id] = task
+        try:
+            result = await self.dispatcher.handle(scope, msg)
+            if scope.era == "modern":
+                result.setdefault("resultType", "complete")
+                result["_meta"] = {**jsonrpc.obj(result.get("_meta")), d.META_SERVER_INFO: d.SERVER_INFO}
+            return jsonrpc.result(msg.id, result)
+        except ProtocolError as exc:
+            if exc.log_detail:
+                log.info("request.failed", method=msg.method, code=exc.code, detail=exc.log_detail)
+            return {**jsonrpc.error(msg.id, exc), "_status": exc.http_status}
+        except RequestError as exc:
+            # Tool-plane errors become results inside the pipeline; an HttpError here is a bug in routing.
+            log.error("request.unexpected_plane", method=msg.method, error=exc.message)
+            return jsonrpc.error(msg.id, ProtocolError(-32603, "Internal error"))
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return jsonrpc.error(msg.id, ProtocolError(-32603, "Request cancelled"))
+        finally:
+            if live is not None and msg.id is not None:
+                live.inflight.pop(msg.id, None)
+
+    def _stream(self, scope: d.Scope, msg: jsonrpc.Message, live: LiveSession | None) -> Response:
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        emitter: Emitter = StreamEmitter(queue, live if scope.era == "legacy" else None, self._ids)
+        scope = d.Scope(**{**{f: getattr(scope, f) for f in scope.__slots__}, "emitter": emitter})
+
+        async def work() -> None:
+            answer = await self._run(scope, msg, live)
+            answer.pop("_status", None)
+            await queue.put(answer)
+            await queue.put(None)
+
+        task = asyncio.create_task(work(), name=f"bastion-call-{msg.id}")
+        if live is not None and msg.id is not None:
+            live.inflight[msg.id] = task
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    item = await queue.get()
+                    if item is None:
+                        return
+                    yield encode_event(jsonrpc.dumps(item), event="message")
+            finally:
+                # Legacy: a dropped connection is not a cancellation (the client cancels explicitly), so the
+                # call runs to completion and is audited. Modern: closing the stream IS the cancellation.
+                if scope.era == "modern" and not task.done():
+                    task.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def _batch(self, request: Request, principal: Principal, body: list[Any]) -> Response:
+        session = await self._session(request, principal, required=True)
+        assert session is not None
+        # Batches existed only in 2025-03-26; later revisions send one message per POST.
+        if session.protocol_version != "2025-03-26":
+            raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
+                            code=INVALID_REQUEST)
+        if not body:
+            raise HttpError(400, "Bad Request: empty batch", code=INVALID_REQUEST)
+        live = self.gw.live.get(session.id)
+        scope = d.Scope(principal=principal, era="legacy", protocol_version=session.protocol_version,
+                        client_capabilities=session.client_capabilities, client_info=session.client_info,
+                        emitter=NullEmitter(), session=session, live=live, log_level=session.log_level)
+        answers: list[Any] = []
+        for item in body:
+            try:
+                msg = jsonrpc.classify(item)
+            except ProtocolError as exc:
+                answers.append(jsonrpc.error(None, exc))
+                continue
+            if msg.kind == "request" and msg.method == "initialize":
+                answers.append(jsonrpc.error(msg.id, ProtocolError(INVALID_REQUEST, "initialize cannot be batched")))
+            elif msg.kind == "request":
+                answer = await self._run(scope, msg, live)
+                answer.pop("_status", None)
+                answers.append(answer)
+            else:
+                await self._legacy(request, principal, session, msg, sse_ok=False)
+        if not answers:
+            return Response(status_code=202)
+        return json_response(answers)
+
+    # -- modern (2026-07-28) --------------------------------------------------------------------------------
+
+    async def _modern(self, request: Request, principal: Principal, msg: jsonrpc.Message, meta: dict[str, Any],
+                      sse_ok: bool) -> Response:
+        version = meta.get(d.META_VERSION)
+        if version not in d.MODERN_VERSIONS:
+            supported = [*d.MODERN_VERSIONS, *reversed(d.LEGACY_VERSIONS)]
+            err = ProtocolError(UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version: {version}",
+                                data={"supported": supported, "requested": version}, http_status=400)
+            return json_response(jsonrpc.error(msg.id, err), 400)
+        caps = meta.get(d.META_CAPS)
+        if not isinstance(caps, dict):
+            err = ProtocolError(INVALID_PARAMS, f"Missing required _meta field {d.META_CAPS}", http_status=400)
+            return json_response(jsonrpc.error(msg.id, err), 400)
+        if msg.kind != "request":
+            return Response(status_code=202)
+        info = jsonrpc.obj(meta.get(d.META_INFO)) or None
+        level = meta.get(d.META_LOG_LEVEL)
+        if level is not None and level not in d.LOG_LEVELS:
+            err = ProtocolError(INVALID_PARAMS, "Invalid log level", http_status=400)
+            return json_response(jsonrpc.error(msg.id, err), 400)
+        scope = d.Scope(principal=principal, era="modern", protocol_version=str(version), client_capabilities=caps,
+                        client_info=info, emitter=NullEmitter(), log_level=level if isinstance(level, str) else None)
+        if not self.dispatcher.knows(msg.method, "modern"):
+            err = ProtocolError(-32601, f"Method not found: {msg.method}", http_status=404)
+            return json_response(jsonrpc.error(msg.id, err), 404)
+        if sse_ok and self._wants_stream(msg, scope):
+            return self._stream(scope, msg, None)
+        return await self._answer_json(scope, msg, None)
+
+    # -- GET and DELETE -------------------------------------------------------------------------------------
+
+    async def _get(self, request: Request, principal: Principal) -> Response:
+        if request.headers.get("mcp-session-id") is None:
+            # No legacy session: the 2026-07-28 revision has no GET stream.
+            raise HttpError(405, "Method Not Allowed: GET needs a legacy session", headers={"Allow": "POST"})
+        session = await self._session(request, principal, required=True)
+        assert session is not None
+        _, sse_ok = accepts(request.headers.get("accept"))
+        if not sse_ok:
+            raise HttpError(406, "Not Acceptable: GET requires Accept: text/event-stream")
+        live = self.gw.live.get(session.id)
+        if live.get_stream is not None:
+            raise HttpError(409, "Conflict: this session already has a GET stream")
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        live.get_stream = queue
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield b": bastion stream open\n\n"
+                while True:
+                    try:
+                        item = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                    except TimeoutError:
+                        yield b": keep-alive\n\n"
+                        continue
+                    if not item:  # the session ended
+                        return
+                    yield encode_event(jsonrpc.dumps(item), event="message")
+            finally:
+                if live.get_stream is queue:
+                    live.get_stream = None
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def _delete(self, request: Request, principal: Principal) -> Response:
+        if request.headers.get("mcp-session-id") is None:
+            raise HttpError(405, "Method Not Allowed: DELETE needs a legacy session", headers={"Allow": "POST"})
+        session = await self._session(request, principal, required=True)
+        assert session is not None
+        await self.gw.store.delete(session.id)
+        self.gw.live.drop(session.id)
+        if self.on_session is not None:
+            await self.on_session("session.end", session, principal)
+        log.info("session.end", session=session.id[:8], principal=principal.id)
+        return Response(status_code=200)
+
+    async def _announce(self, changed: list[str]) -> None:
+        """Relay list changes to every legacy session listening on a GET stream of this replica."""
+        for live in self.gw.live.all():
+            if live.get_stream is None:
+                continue
+            for kind in changed:
+                with contextlib.suppress(asyncio.QueueFull):
+                    live.get_stream.put_nowait(jsonrpc.notification(f"notifications/{kind}/list_changed"))

@@ -1,0 +1,152 @@
+"""Legacy-era sessions (revisions up to 2025-11-25).
+
+A session is what ``initialize`` negotiated (protocol version, client capabilities, client info) bound to the
+principal that opened it. It is never a credential: every request is authenticated on its own, and a session id
+presented by another principal is answered exactly like an unknown one (404), so ids cannot be probed.
+
+The durable part (``SessionData``) lives in a ``SessionStore``: in memory for one replica, in Redis when Redis is
+configured so any replica can serve any session. The live part (the GET stream's queue, in-flight calls,
+requests bastion sent to the client) exists only on the replica holding the connection, in ``LiveSession``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import orjson
+
+from bastion.errors import HttpError
+
+SESSION_ID_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class SessionData:
+    id: str
+    principal_id: str
+    protocol_version: str
+    client_capabilities: Mapping[str, Any] = field(default_factory=dict)
+    client_info: Mapping[str, Any] = field(default_factory=dict)
+    log_level: str | None = None
+    initialized: bool = False
+    created_at: float = 0.0
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({
+            "id": self.id, "principal_id": self.principal_id, "protocol_version": self.protocol_version,
+            "client_capabilities": self.client_capabilities, "client_info": self.client_info,
+            "log_level": self.log_level, "initialized": self.initialized, "created_at": self.created_at,
+        })
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> SessionData:
+        d = orjson.loads(raw)
+        return cls(id=d["id"], principal_id=d["principal_id"], protocol_version=d["protocol_version"],
+                   client_capabilities=d.get("client_capabilities") or {}, client_info=d.get("client_info") or {},
+                   log_level=d.get("log_level"), initialized=bool(d.get("initialized")),
+                   created_at=float(d.get("created_at", 0.0)))
+
+
+def new_session_id() -> str:
+    # 256 bits from the OS CSPRNG, URL-safe base64: visible ASCII only, as the transport spec requires.
+    return secrets.token_urlsafe(SESSION_ID_BYTES)
+
+
+class SessionStore(Protocol):
+    async def create(self, data: SessionData) -> None: ...
+
+    async def get(self, session_id: str) -> SessionData | None: ...
+
+    async def update(self, data: SessionData) -> None: ...
+
+    async def delete(self, session_id: str) -> bool: ...
+
+    async def count(self) -> int: ...
+
+
+class MemorySessionStore:
+    """One replica's sessions, expiring after ``idle_timeout_s`` without a request."""
+
+    def __init__(self, idle_timeout_s: float, max_sessions: int) -> None:
+        self._idle = idle_timeout_s
+        self._max = max_sessions
+        self._data: dict[str, tuple[SessionData, float]] = {}
+
+    def _sweep(self, now: float) -> None:
+        expired = [sid for sid, (_, seen) in self._data.items() if now - seen > self._idle]
+        for sid in expired:
+            del self._data[sid]
+
+    async def create(self, data: SessionData) -> None:
+        now = time.monotonic()
+        if len(self._data) >= self._max:
+            self._sweep(now)
+            if len(self._data) >= self._max:
+                raise HttpError(503, "Too many sessions; try again later")
+        self._data[data.id] = (data, now)
+
+    async def get(self, session_id: str) -> SessionData | None:
+        entry = self._data.get(session_id)
+        if entry is None:
+            return None
+        now = time.monotonic()
+        if now - entry[1] > self._idle:
+            del self._data[session_id]
+            return None
+        self._data[session_id] = (entry[0], now)
+        return entry[0]
+
+    async def update(self, data: SessionData) -> None:
+        if data.id in self._data:
+            self._data[data.id] = (data, time.monotonic())
+
+    async def delete(self, session_id: str) -> bool:
+        return self._data.pop(session_id, None) is not None
+
+    async def count(self) -> int:
+        return len(self._data)
+
+
+@dataclass(slots=True)
+class LiveSession:
+    """This replica's runtime state for a session: never persisted, never shared."""
+
+    id: str
+    get_stream: asyncio.Queue[dict[str, Any]] | None = None
+    inflight: dict[Any, asyncio.Task[Any]] = field(default_factory=dict)
+    pending: dict[Any, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+
+
+class LiveSessions:
+    def __init__(self) -> None:
+        self._live: dict[str, LiveSession] = {}
+
+    def get(self, session_id: str) -> LiveSession:
+        live = self._live.get(session_id)
+        if live is None:
+            live = self._live[session_id] = LiveSession(session_id)
+        return live
+
+    def drop(self, session_id: str) -> None:
+        live = self._live.pop(session_id, None)
+        if live is None:
+            return
+        for task in live.inflight.values():
+            task.cancel()
+        for fut in live.pending.values():
+            if not fut.done():
+                fut.cancel()
+        if live.get_stream is not None:
+            live.get_stream.put_nowait({})  # wakes the GET stream so it can end
+
+    def all(self) -> list[LiveSession]:
+        return list(self._live.values())
+
+
+def with_level(data: SessionData, level: str) -> SessionData:
+    return replace(data, log_level=level)

@@ -1,0 +1,356 @@
+"""The gateway configuration: one YAML file plus a few environment overrides, validated whole at load.
+
+This module is the only reader of the config file and of ``BASTION_*`` variables. Each feature module parses its
+own section (``XConfig.from_mapping``); this module owns the top level, the core sections, and the rule that an
+unknown key anywhere is an error naming the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from bastion.errors import ConfigError
+from bastion.yamlfile import YamlDoc, expand_env, load_yaml_file, load_yaml_text
+
+T = TypeVar("T")
+
+DEFAULT_CONFIG_ENV = "BASTION_CONFIG"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    path: str = "/mcp"
+    # Browser origins allowed to call bastion. Loopback origins are always allowed on a loopback listener.
+    allowed_origins: tuple[str, ...] = ()
+    # Extra Host header values accepted on a loopback listener (DNS-rebinding protection); ignored otherwise.
+    allowed_hosts: tuple[str, ...] = ()
+    max_body_bytes: int = 4 * 1024 * 1024
+
+    @property
+    def is_loopback(self) -> bool:
+        return is_loopback_host(self.host)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueConfig:
+    page_size: int = 500
+    separator: str = "__"
+    on_collision: Literal["first", "reject"] = "first"
+    refresh_debounce_s: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsConfig:
+    idle_timeout_s: float = 3600.0
+    max_sessions: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    format: Literal["console", "json"] = "console"
+    level: str = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    source: str
+    base_dir: Path
+    listen: ListenConfig
+    upstreams: tuple[Any, ...]
+    redis_url: str | None = None
+    catalogue: CatalogueConfig = field(default_factory=CatalogueConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    policies: tuple[Path, ...] = ()
+    sections: Mapping[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def section(self, name: str) -> Any:
+        return self.sections.get(name)
+
+
+def is_loopback_host(host: str) -> bool:
+    if host in {"localhost", "localhost.localdomain"}:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Small typed readers. They raise ConfigError with the key path; ``load`` adds file and line.
+
+
+def check_keys(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
+    for key in data:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else key
+            hint = ", ".join(sorted(allowed))
+            raise ConfigError(f"unknown key {key!r} (allowed: {hint})", path=where)
+
+
+def as_mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("expected a mapping", path=path)
+    return value
+
+
+def as_str(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError("expected a non-empty string", path=path)
+    return value
+
+
+def as_int(value: Any, path: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"expected an integer >= {minimum}", path=path)
+    return value
+
+
+def as_str_list(value: Any, path: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError("expected a list of strings", path=path)
+    return tuple(value)
+
+
+def parse_duration(value: Any, path: str) -> float:
+    """Seconds from ``30s``, ``500ms``, ``2m``, ``1h`` or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ConfigError("expected a duration such as 30s or 500ms", path=path)
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ConfigError("duration must not be negative", path=path)
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        for suffix, mult in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+            if text.endswith(suffix):
+                number = text[: -len(suffix)].strip()
+                try:
+                    seconds = float(number) * mult
+                except ValueError:
+                    break
+                if seconds < 0:
+                    break
+                return seconds
+    raise ConfigError(f"invalid duration {value!r}; expected e.g. 30s, 500ms, 2m", path=path)
+
+
+def parse_size(value: Any, path: str) -> int:
+    """Bytes from ``4MB``, ``512KB``, ``1GiB`` or a plain integer."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        text = value.strip().upper().replace("IB", "B")
+        for suffix, mult in (("KB", 1024), ("MB", 1024**2), ("GB", 1024**3), ("B", 1)):
+            if text.endswith(suffix):
+                try:
+                    return int(float(text[: -len(suffix)]) * mult)
+                except ValueError:
+                    break
+    raise ConfigError(f"invalid size {value!r}; expected e.g. 4MB, 512KB or bytes", path=path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sections.
+
+CORE_KEYS = {"listen", "redis", "upstreams", "catalogue", "sessions", "logging", "policies"}
+
+
+def _listen(data: Mapping[str, Any]) -> ListenConfig:
+    check_keys(data, {"host", "port", "path", "allowed_origins", "allowed_hosts", "max_body_size"}, "listen")
+    path = data.get("path", "/mcp")
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ConfigError("must be an absolute URL path such as /mcp", path="listen.path")
+    port = as_int(data.get("port", 8080), "listen.port")
+    if port > 65535:
+        raise ConfigError("port out of range", path="listen.port")
+    return ListenConfig(
+        host=as_str(data.get("host", "127.0.0.1"), "listen.host"),
+        port=port,
+        path=path.rstrip("/") or "/",
+        allowed_origins=as_str_list(data.get("allowed_origins"), "listen.allowed_origins"),
+        allowed_hosts=as_str_list(data.get("allowed_hosts"), "listen.allowed_hosts"),
+        max_body_bytes=parse_size(data.get("max_body_size", 4 * 1024 * 1024), "listen.max_body_size"),
+    )
+
+
+def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
+    check_keys(data, {"page_size", "separator", "on_collision", "refresh_debounce"}, "catalogue")
+    on_collision = data.get("on_collision", "first")
+    if on_collision not in ("first", "reject"):
+        raise ConfigError("must be 'first' or 'reject'", path="catalogue.on_collision")
+    separator = data.get("separator", "__")
+    if not isinstance(separator, str) or not separator or any(
+            not (c.isascii() and (c.isalnum() or c in "_.-")) for c in separator):
+        raise ConfigError("must be 1+ characters of [A-Za-z0-9_.-]", path="catalogue.separator")
+    return CatalogueConfig(
+        page_size=as_int(data.get("page_size", 500), "catalogue.page_size", minimum=1),
+        separator=separator,
+        on_collision=on_collision,
+        refresh_debounce_s=parse_duration(data.get("refresh_debounce", 0.2), "catalogue.refresh_debounce"),
+    )
+
+
+def _sessions(data: Mapping[str, Any]) -> SessionsConfig:
+    check_keys(data, {"idle_timeout", "max_sessions"}, "sessions")
+    return SessionsConfig(
+        idle_timeout_s=parse_duration(data.get("idle_timeout", 3600), "sessions.idle_timeout"),
+        max_sessions=as_int(data.get("max_sessions", 10_000), "sessions.max_sessions", minimum=1),
+    )
+
+
+def _logging(data: Mapping[str, Any], env: Mapping[str, str]) -> LoggingConfig:
+    check_keys(data, {"format", "level"}, "logging")
+    fmt = env.get("BASTION_LOG_FORMAT") or data.get("format", "console")
+    if fmt not in ("console", "json"):
+        raise ConfigError("must be 'console' or 'json'", path="logging.format")
+    level = str(env.get("BASTION_LOG_LEVEL") or data.get("level", "info")).lower()
+    if level not in ("debug", "info", "warning", "error", "critical"):
+        raise ConfigError("must be one of debug, info, warning, error, critical", path="logging.level")
+    return LoggingConfig(format="json" if fmt == "json" else "console", level=level)
+
+
+# Feature sections parsed by their own modules. Registered here, in one place, so the set of valid top-level
+# keys is explicit. Each parser receives (data, settings-so-far) and returns its config object.
+SectionParser = Callable[[Any, "_Partial"], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Partial:
+    listen: ListenConfig
+    base_dir: Path
+    redis_url: str | None
+
+
+def _section_parsers() -> dict[str, SectionParser]:
+    # Imported lazily: feature modules import settings helpers, and the CLI's `--help` should stay fast.
+    from bastion.sections import SECTION_PARSERS
+
+    return SECTION_PARSERS
+
+
+def parse(data: Any, *, source: str, base_dir: Path, env: Mapping[str, str] | None = None) -> Settings:
+    environ = dict(os.environ if env is None else env)
+    root = as_mapping(data, "")
+    parsers = _section_parsers()
+    check_keys(root, CORE_KEYS | set(parsers), "")
+
+    listen = _listen(as_mapping(root.get("listen"), "listen"))
+    if environ.get("BASTION_HOST"):
+        listen = ListenConfig(**{**_asdict(listen), "host": environ["BASTION_HOST"]})
+    if environ.get("BASTION_PORT"):
+        try:
+            listen = ListenConfig(**{**_asdict(listen), "port": int(environ["BASTION_PORT"])})
+        except ValueError:
+            raise ConfigError("BASTION_PORT must be an integer") from None
+
+    redis_url = _redis_url(root.get("redis"), environ)
+
+    raw_upstreams = as_mapping(root.get("upstreams"), "upstreams")
+    if not raw_upstreams:
+        raise ConfigError("at least one upstream is required", path="upstreams")
+    from bastion.upstream.config import UpstreamConfig
+
+    upstreams = tuple(
+        UpstreamConfig.from_mapping(name, as_mapping(value, f"upstreams.{name}"), f"upstreams.{name}",
+                                    base_dir=base_dir)
+        for name, value in raw_upstreams.items()
+    )
+    catalogue = _catalogue(as_mapping(root.get("catalogue"), "catalogue"))
+    _check_prefixes(upstreams, catalogue.separator)
+
+    policies_value = root.get("policies")
+    policies: tuple[Path, ...] = ()
+    if policies_value is not None:
+        items = [policies_value] if isinstance(policies_value, str) else as_str_list(policies_value, "policies")
+        policies = tuple((base_dir / expand_env(p, "policies")).resolve() for p in items)
+
+    partial = _Partial(listen=listen, base_dir=base_dir, redis_url=redis_url)
+    sections = {name: parser(root.get(name), partial) for name, parser in parsers.items()}
+
+    return Settings(
+        source=source,
+        base_dir=base_dir,
+        listen=listen,
+        upstreams=upstreams,
+        redis_url=redis_url,
+        catalogue=catalogue,
+        sessions=_sessions(as_mapping(root.get("sessions"), "sessions")),
+        logging=_logging(as_mapping(root.get("logging"), "logging"), environ),
+        policies=policies,
+        sections=sections,
+        raw=root,
+    )
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def _redis_url(value: Any, env: Mapping[str, str]) -> str | None:
+    if env.get("BASTION_REDIS_URL"):
+        return env["BASTION_REDIS_URL"]
+    if value is None:
+        return None
+    data = as_mapping(value, "redis")
+    check_keys(data, {"url"}, "redis")
+    url = expand_env(as_str(data.get("url"), "redis.url"), "redis.url")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("must be a redis://, rediss:// or unix:// URL", path="redis.url")
+    return url
+
+
+def _check_prefixes(upstreams: tuple[Any, ...], separator: str) -> None:
+    seen: dict[str, str] = {}
+    for up in upstreams:
+        prefix = up.prefix
+        if not prefix:
+            continue
+        if prefix in seen:
+            raise ConfigError(f"prefix {prefix!r} is also used by upstream {seen[prefix]!r}; tool names would "
+                              "collide", path=f"upstreams.{up.name}.prefix")
+        seen[prefix] = up.name
+
+
+def _locate(doc: YamlDoc, exc: ConfigError) -> ConfigError:
+    if exc.source is not None:
+        return exc
+    if exc.path:
+        return doc.error(exc.message, exc.path)
+    return ConfigError(exc.message, source=doc.source)
+
+
+def load(path: str | Path | None = None, *, env: Mapping[str, str] | None = None) -> Settings:
+    """Load and validate the config file at ``path`` (default: ``$BASTION_CONFIG``)."""
+    environ = os.environ if env is None else env
+    chosen = path or environ.get(DEFAULT_CONFIG_ENV)
+    if not chosen:
+        raise ConfigError(f"no config file given (use --config or set {DEFAULT_CONFIG_ENV})")
+    file = Path(chosen)
+    doc = load_yaml_file(file)
+    try:
+        return parse(doc.data, source=str(file), base_dir=file.resolve().parent, env=env)
+    except ConfigError as exc:
+        raise _locate(doc, exc) from None
+
+
+def loads(text: str, *, source: str = "<config>", base_dir: Path | None = None,
+          env: Mapping[str, str] | None = None) -> Settings:
+    doc = load_yaml_text(text, source)
+    try:
+        return parse(doc.data, source=source, base_dir=base_dir or Path.cwd(), env=env)
+    except ConfigError as exc:
+        raise _locate(doc, exc) from None
