@@ -1,0 +1,1 @@
+"""Output sanitization: hidden text, secrets, prompt-injection markers, size and type limits."""

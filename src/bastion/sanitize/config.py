@@ -1,0 +1,136 @@
+"""The ``sanitize`` config section, resolved per upstream and per tool into immutable effective policies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from bastion.errors import ConfigError
+from bastion.sanitize.injection import INJECTION_ACTIONS, InjectionAction, InjectionDetector
+from bastion.sanitize.secrets import Redactor, SecretsPolicy
+
+log = structlog.get_logger("bastion.sanitize")
+
+DEFAULT_MAX_RESULT_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_ITEM_BYTES = 2 * 1024 * 1024
+# SVG is left out on purpose: it can carry script and external references.
+DEFAULT_ALLOWED_MIME_TYPES: tuple[str, ...] = (
+    "image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp",
+    "audio/wav", "audio/x-wav", "audio/mpeg", "audio/mp4", "audio/aac", "audio/ogg", "audio/webm", "audio/flac",
+)
+
+_LEVEL_KEYS = frozenset({"enabled", "injection", "max_result_bytes", "max_item_bytes", "allowed_mime_types",
+                         "secrets"})
+_TOP_KEYS = _LEVEL_KEYS | {"upstreams"}
+_UPSTREAM_KEYS = _LEVEL_KEYS | {"tools"}
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveSanitizePolicy:
+    """Everything sanitizing one tool's results needs, compiled. Shared by every call of that tool."""
+
+    enabled: bool = True
+    injection: InjectionAction = "flag"
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
+    allowed_mime_types: frozenset[str] = frozenset(DEFAULT_ALLOWED_MIME_TYPES)
+    secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
+    redactor: Redactor = field(default_factory=lambda: Redactor.from_policy(SecretsPolicy()), compare=False)
+    detector: InjectionDetector = field(default_factory=InjectionDetector, compare=False)
+
+    def mime_allowed(self, mime: str) -> bool:
+        mime = mime.split(";", 1)[0].strip().lower()
+        return mime in self.allowed_mime_types or f"{mime.split('/', 1)[0]}/*" in self.allowed_mime_types
+
+
+def _positive_int(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError("expected a positive integer number of bytes", path=path)
+    return value
+
+
+def _check_keys(data: Any, allowed: frozenset[str], path: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping", path=path)
+    unknown = set(data) - allowed
+    if unknown:
+        raise ConfigError(f"unknown key(s): {', '.join(sorted(map(str, unknown)))}", path=path)
+    return data
+
+
+class _Compiler:
+    """Builds effective policies, compiling each distinct secrets policy once."""
+
+    def __init__(self, detector: InjectionDetector) -> None:
+        self._detector = detector
+        self._redactors: dict[SecretsPolicy, Redactor] = {}
+
+    def level(self, data: Mapping[str, Any], path: str, base: EffectiveSanitizePolicy) -> EffectiveSanitizePolicy:
+        enabled = data.get("enabled", base.enabled)
+        if not isinstance(enabled, bool):
+            raise ConfigError("expected true or false", path=f"{path}.enabled")
+        injection = data.get("injection", base.injection)
+        if injection not in INJECTION_ACTIONS:
+            raise ConfigError(f"expected one of {', '.join(INJECTION_ACTIONS)}", path=f"{path}.injection")
+        max_result = _positive_int(data.get("max_result_bytes", base.max_result_bytes), f"{path}.max_result_bytes")
+        max_item = _positive_int(data.get("max_item_bytes", base.max_item_bytes), f"{path}.max_item_bytes")
+        mimes = base.allowed_mime_types
+        if "allowed_mime_types" in data:
+            raw = data["allowed_mime_types"]
+            if not isinstance(raw, list) or not all(isinstance(m, str) and "/" in m for m in raw):
+                raise ConfigError("expected a list of MIME types such as image/png or image/*",
+                                  path=f"{path}.allowed_mime_types")
+            mimes = frozenset(m.strip().lower() for m in raw)
+        secrets = base.secrets
+        if "secrets" in data:
+            secrets = SecretsPolicy.from_mapping(data["secrets"], f"{path}.secrets", base=base.secrets)
+        redactor = self._redactors.get(secrets)
+        if redactor is None:
+            redactor = self._redactors[secrets] = Redactor.from_policy(secrets)
+        return EffectiveSanitizePolicy(enabled, injection, max_result, max_item, mimes, secrets, redactor,
+                                       self._detector)
+
+
+@dataclass(frozen=True, slots=True)
+class SanitizeConfig:
+    """Resolved at load time: ``for_tool`` is a dictionary lookup on the hot path."""
+
+    default: EffectiveSanitizePolicy = field(default_factory=EffectiveSanitizePolicy)
+    upstreams: Mapping[str, EffectiveSanitizePolicy] = field(default_factory=dict)
+    tools: Mapping[tuple[str, str], EffectiveSanitizePolicy] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, path: str = "sanitize") -> SanitizeConfig:
+        data = _check_keys(data if data is not None else {}, _TOP_KEYS, path)
+        detector = InjectionDetector()
+        compiler = _Compiler(detector)
+        default = compiler.level(data, path, EffectiveSanitizePolicy(detector=detector))
+        upstreams: dict[str, EffectiveSanitizePolicy] = {}
+        tools: dict[tuple[str, str], EffectiveSanitizePolicy] = {}
+        raw_upstreams = _check_keys(data.get("upstreams", {}), frozenset(data.get("upstreams", {}) or ()),
+                                    f"{path}.upstreams")
+        for name, section in raw_upstreams.items():
+            upath = f"{path}.upstreams.{name}"
+            section = _check_keys(section, _UPSTREAM_KEYS, upath)
+            upstream = upstreams[str(name)] = compiler.level(section, upath, default)
+            raw_tools = _check_keys(section.get("tools", {}), frozenset(section.get("tools", {}) or ()),
+                                    f"{upath}.tools")
+            for tool, tsection in raw_tools.items():
+                tpath = f"{upath}.tools.{tool}"
+                tools[(str(name), str(tool))] = compiler.level(_check_keys(tsection, _LEVEL_KEYS, tpath), tpath,
+                                                              upstream)
+        fallback = default.redactor.fallback_count
+        if fallback:
+            log.warning("sanitize_rules_not_linear", count=fallback,
+                        detail="some secret rules use syntax RE2 lacks and run on Python re (no ReDoS guarantee)")
+        return cls(default, upstreams, tools)
+
+    def for_tool(self, upstream: str, tool: str) -> EffectiveSanitizePolicy:
+        """The policy for ``tool`` (its upstream-side name) of ``upstream``: tool, then upstream, then default."""
+        return self.tools.get((upstream, tool)) or self.upstreams.get(upstream) or self.default
+
+    def for_upstream(self, upstream: str) -> EffectiveSanitizePolicy:
+        return self.upstreams.get(upstream) or self.default
