@@ -48,7 +48,8 @@ def test_api_key_entry() -> None:
                                "groups": ["eng"], "attributes": {"team": "x"}}]})
     (entry,) = cfg.api_keys
     assert cfg.mode == "enabled"
-    assert (entry.id, entry.hash, entry.groups, dict(entry.attributes)) == ("alice", HASH, frozenset({"eng"}), {"team": "x"})
+    assert (entry.id, entry.hash) == ("alice", HASH)
+    assert (entry.groups, dict(entry.attributes)) == (frozenset({"eng"}), {"team": "x"})
 
 
 @pytest.mark.parametrize(("entry", "path"), [
@@ -70,9 +71,12 @@ def test_plaintext_or_malformed_keys_are_refused(entry: Any, path: str) -> None:
     ({"jwt": {**JWT, "audiences": ["x"]}, "resource": "https://b.example/mcp"}, "auth.jwt.audiences"),
     ({"api_keys": [{"hash": HASH}]}, "auth.api_keys[0].id"),
     ({"api_keys": [{"id": "a b", "hash": HASH}]}, "auth.api_keys[0].id"),
+    ({"api_keys": [{"id": "a\n", "hash": HASH}]}, "auth.api_keys[0].id"),
     ({"api_keys": [{"id": "a", "hash": HASH, "groups": "eng"}]}, "auth.api_keys[0].groups"),
     ({"api_keys": {"id": "a"}}, "auth.api_keys"),
     ("anonymous", "auth"),
+    ({"jwt": JWT, "resource": "https://b.example/mcp", "scopes_supported": ['a"b']}, "auth.scopes_supported[0]"),
+    ({"jwt": JWT, "resource": 'https://b.example/m"cp'}, "auth.resource"),
     ({}, "auth"),
     ({"api_keys": []}, "auth"),
 ])

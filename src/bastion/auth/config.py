@@ -27,9 +27,12 @@ from bastion.errors import ConfigError
 AuthMode = Literal["none", "enabled"]
 
 HASH_PREFIX = "sha256:"
-_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_KEY_ID_RE = re.compile(r"^[^\s\x00-\x1f\x7f]{1,200}$")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_KEY_ID_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,200}")
+# RFC 6749 §3.3 scope-token; also keeps scopes safe to quote inside a WWW-Authenticate header.
+_SCOPE_RE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
+_URL_UNSAFE_RE = re.compile(r'[\s"\\<>]')
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 # Asymmetric algorithms only. HS* would need a secret shared with the IdP and, worse, invites the classic
@@ -142,6 +145,10 @@ class AuthConfig:
             # The token issuer is the authorization server in nearly every deployment; say so by default.
             servers = servers or (jwt_cfg.issuer,)
         scopes = tuple(_str_list(mapping.get("scopes_supported", []), f"{path}.scopes_supported"))
+        for i, scope in enumerate(scopes):
+            if not _SCOPE_RE.fullmatch(scope):
+                raise ConfigError(f"invalid scope {scope!r} (no spaces, quotes or backslashes)",
+                                  path=f"{path}.scopes_supported[{i}]")
         return cls(mode="enabled", api_keys=tuple(entries), jwt=jwt_cfg, resource=resource,
                    authorization_servers=servers, scopes_supported=scopes)
 
@@ -188,7 +195,7 @@ def parse_duration(value: object, path: str) -> float:
         raise ConfigError("expected a duration such as '30s'", path=path)
     if isinstance(value, int | float):
         seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+    elif isinstance(value, str) and (m := _DURATION_RE.fullmatch(value)):
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
     else:
         raise ConfigError(f"expected a duration such as '30s', got {value!r}", path=path)
@@ -214,10 +221,10 @@ def parse_key_entry(value: object, path: str) -> ApiKeyEntry:
                               "with 'hash: sha256:...' (see 'bastion keys hash')", path=f"{path}.{plaintext}")
     _reject_unknown(mapping, _KEY_ENTRY_KEYS, path)
     key_id = mapping.get("id")
-    if not isinstance(key_id, str) or not _KEY_ID_RE.match(key_id):
+    if not isinstance(key_id, str) or not _KEY_ID_RE.fullmatch(key_id):
         raise ConfigError("'id' must be a non-empty string without whitespace", path=f"{path}.id")
     digest = mapping.get("hash")
-    if not isinstance(digest, str) or not _HASH_RE.match(digest.strip().lower()):
+    if not isinstance(digest, str) or not _HASH_RE.fullmatch(digest.strip().lower()):
         raise ConfigError("'hash' must be 'sha256:' followed by 64 hex digits; plaintext keys are not accepted "
                           "(create the hash with 'bastion keys hash' or 'bastion keys generate')",
                           path=f"{path}.hash")
@@ -312,6 +319,8 @@ def _url(value: object, path: str) -> str:
     if not isinstance(value, str):
         raise ConfigError("expected a URL", path=path)
     parts = urlsplit(value)
+    if _URL_UNSAFE_RE.search(value):
+        raise ConfigError(f"URL contains spaces, quotes or other unsafe characters: {value!r}", path=path)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
         raise ConfigError(f"expected an absolute http(s) URL without fragment, got {value!r}", path=path)
     return value
