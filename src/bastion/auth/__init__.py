@@ -88,7 +88,9 @@ class CredentialAuthenticator:
                                  auth_method="api_key")
         if self._jwt is not None and credential.source == "bearer" and credential.looks_like_jwt():
             return await self._jwt.verify(credential.value)
-        raise CredentialRejected("unknown API key" if self._keys is not None else "not a JWT")
+        if self._keys is None:
+            raise CredentialRejected("API keys are not enabled and the credential is not a bearer JWT")
+        raise CredentialRejected("unknown API key")
 
 
 def build_authenticator(cfg: AuthConfig, http: httpx.AsyncClient) -> Authenticator:
