@@ -91,7 +91,7 @@ def configure_logging(format: LogFormat, level: str = "info", *, stream: TextIO 
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[structlog.stdlib.ExtraAdder(), *shared],
+        foreign_pre_chain=[structlog.stdlib.ExtraAdder(), _drop_color_message, *shared],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
@@ -108,3 +108,9 @@ def configure_logging(format: LogFormat, level: str = "info", *, stream: TextIO 
         lg.propagate = True
     # httpx logs every request at INFO; that is a debug concern for a gateway forwarding thousands of them.
     logging.getLogger("httpx").setLevel(max(numeric, logging.WARNING))
+
+
+def _drop_color_message(_: Any, __: str, event_dict: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """uvicorn attaches an ANSI-coloured duplicate of its message as an ``extra``; it is noise in both formats."""
+    event_dict.pop("color_message", None)
+    return event_dict

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bastion.errors import ConfigError
+from bastion.logs import LoggingConfig, configure_logging
+
+SCRIPT = textwrap.dedent("""
+    import logging, sys
+    import structlog
+    from bastion.logs import configure_logging
+
+    configure_logging(sys.argv[1], sys.argv[2])
+    log = structlog.get_logger("bastion.test")
+    log.debug("debug.hidden")
+    log.info("gateway.started", port=8080, upstreams=["a", "b"])
+    logging.getLogger("uvicorn.error").info("Uvicorn running on %s", "http://127.0.0.1:8080",
+                                            extra={"color_message": "\\x1b[1mUvicorn\\x1b[0m"})
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        log.exception("boom")
+""")
+
+
+def _run(fmt: str, level: str = "info") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", SCRIPT, fmt, level], capture_output=True, text=True, timeout=60,
+                          check=True)
+
+
+def test_json_lines_on_stderr_with_stdlib_routed_through() -> None:
+    proc = _run("json")
+    assert proc.stdout == ""  # stdout belongs to the audit sink
+    entries = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert [e["event"] for e in entries] == ["gateway.started", "Uvicorn running on http://127.0.0.1:8080", "boom"]
+    started, uvicorn, boom = entries
+    assert started["port"] == 8080
+    assert started["upstreams"] == ["a", "b"]
+    assert (started["level"], started["logger"]) == ("info", "bastion.test")
+    assert started["timestamp"].endswith("Z")
+    assert "T" in started["timestamp"]
+    assert (uvicorn["logger"], uvicorn["level"]) == ("uvicorn.error", "info")
+    assert uvicorn["timestamp"].endswith("Z")
+    assert "color_message" not in uvicorn
+    assert "ZeroDivisionError" in boom["exception"]
+
+
+def test_console_is_for_humans() -> None:
+    proc = _run("console")
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert any("gateway.started" in line and "port=8080" in line for line in lines)
+    assert any("Uvicorn running on http://127.0.0.1:8080" in line for line in lines)
+    assert "ZeroDivisionError" in proc.stderr
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(lines[0])
+
+
+def test_level_filters_both_structlog_and_stdlib() -> None:
+    entries = [json.loads(line) for line in _run("json", "debug").stderr.splitlines()]
+    assert entries[0]["event"] == "debug.hidden"
+    entries = [json.loads(line) for line in _run("json", "error").stderr.splitlines()]
+    assert [e["event"] for e in entries] == ["boom"]
+
+
+def test_config_section() -> None:
+    assert LoggingConfig.from_mapping(None) == LoggingConfig("auto", "info")
+    assert LoggingConfig.from_mapping({"format": "json", "level": "DEBUG"}) == LoggingConfig("json", "debug")
+    assert LoggingConfig("console").resolve_format() == "console"
+    with open(__file__) as not_a_tty:
+        assert LoggingConfig().resolve_format(not_a_tty) == "json"
+    for bad, path in [({"format": "xml"}, "logging.format"), ({"level": "loud"}, "logging.level"),
+                      ({"colour": True}, "logging.colour")]:
+        with pytest.raises(ConfigError) as info:
+            LoggingConfig.from_mapping(bad)
+        assert info.value.path == path
+
+
+def test_bad_level_is_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        configure_logging("json", "verbose")

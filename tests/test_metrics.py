@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bastion.metrics import OVERHEAD_BUCKETS, LabelCap, Metrics
+
+EXPECTED = {
+    "bastion_tool_calls": "counter",
+    "bastion_call_overhead_seconds": "histogram",
+    "bastion_upstream_latency_seconds": "histogram",
+    "bastion_ratelimit_rejections": "counter",
+    "bastion_validation_actions": "counter",
+    "bastion_sanitize_actions": "counter",
+    "bastion_upstream_up": "gauge",
+    "bastion_catalogue_tools": "gauge",
+    "bastion_active_sessions": "gauge",
+    "bastion_policy_reloads": "counter",
+    "bastion_audit_sink_failures": "counter",
+    "bastion_limiter_redis_up": "gauge",
+}
+
+
+def _scrape(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    body, content_type = metrics.render()
+    assert content_type.startswith("text/plain; version=0.0.4")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
+
+
+def _exercise(m: Metrics) -> None:
+    m.declare_upstreams(["files", "github"])
+    m.observe_call(tool="files__read", upstream="files", decision="allow", stage="complete", total_s=0.0123,
+                   upstream_s=0.0120)
+    m.observe_call(tool="files__read", upstream="files", decision="deny", stage="policy", total_s=0.0002,
+                   upstream_s=None)
+    m.ratelimit_rejected("per-principal")
+    m.validation_action("input", "rejected")
+    m.validation_action("output", "passed")
+    m.sanitize_counts({"aws_key": 2, "email": 0})
+    m.set_upstream_up("files", True)
+    m.set_catalogue_tools(42)
+    m.session_opened()
+    m.session_opened()
+    m.session_closed()
+    m.policy_reloaded("applied")
+    m.policy_reloaded("rejected")
+    m.audit_sink_failed("redis:bastion:audit")
+    m.set_limiter_redis_up(True)
+
+
+def test_every_series_is_exposed_with_its_type() -> None:
+    m = Metrics()
+    _exercise(m)
+    body, _ = m.render()
+    families = {f.name: f.type for f in text_string_to_metric_families(body.decode())}
+    for name, kind in EXPECTED.items():
+        assert families.get(name) == kind, name
+
+
+def test_values_after_a_few_events() -> None:
+    m = Metrics()
+    _exercise(m)
+    s = _scrape(m)
+    assert s[("bastion_tool_calls_total", frozenset({("tool", "files__read"), ("upstream", "files"),
+                                                     ("decision", "allow"), ("stage", "complete")}))] == 1
+    assert s[("bastion_tool_calls_total", frozenset({("tool", "files__read"), ("upstream", "files"),
+                                                     ("decision", "deny"), ("stage", "policy")}))] == 1
+    assert s[("bastion_upstream_latency_seconds_count", frozenset({("upstream", "files")}))] == 1
+    assert s[("bastion_call_overhead_seconds_count", frozenset())] == 2
+    # 0.3 ms overhead for the allowed call and 0.2 ms for the denied one: both under the 0.5 ms bucket.
+    assert s[("bastion_call_overhead_seconds_bucket", frozenset({("le", "0.0005")}))] == 2
+    assert s[("bastion_call_overhead_seconds_bucket", frozenset({("le", "0.0001")}))] == 0
+    assert s[("bastion_ratelimit_rejections_total", frozenset({("limit", "per-principal")}))] == 1
+    assert s[("bastion_validation_actions_total", frozenset({("direction", "input"), ("action", "rejected")}))] == 1
+    assert s[("bastion_sanitize_actions_total", frozenset({("class", "aws_key")}))] == 2
+    assert ("bastion_sanitize_actions_total", frozenset({("class", "email")})) not in s
+    assert s[("bastion_upstream_up", frozenset({("upstream", "files")}))] == 1
+    assert s[("bastion_upstream_up", frozenset({("upstream", "github")}))] == 0
+    assert s[("bastion_catalogue_tools", frozenset())] == 42
+    assert s[("bastion_active_sessions", frozenset())] == 1
+    assert s[("bastion_policy_reloads_total", frozenset({("outcome", "rejected")}))] == 1
+    assert s[("bastion_audit_sink_failures_total", frozenset({("sink", "redis:bastion:audit")}))] == 1
+    assert s[("bastion_limiter_redis_up", frozenset())] == 1
+
+
+def test_two_instances_do_not_share_state() -> None:
+    a, b = Metrics(), Metrics()
+    a.set_catalogue_tools(5)
+    assert _scrape(b)[("bastion_catalogue_tools", frozenset())] == 0
+
+
+def test_label_values_are_capped_with_an_other_bucket() -> None:
+    m = Metrics(max_label_values=3)
+    for i in range(10):
+        m.observe_call(tool=f"t{i}", upstream="u", decision="allow", stage="complete", total_s=0.001,
+                       upstream_s=0.0005)
+    tools = {dict(labels)["tool"]: v for (name, labels), v in _scrape(m).items()
+             if name == "bastion_tool_calls_total"}
+    assert tools == {"t0": 1, "t1": 1, "t2": 1, "other": 7}
+
+
+def test_label_cap_keeps_known_values_and_truncates_long_ones() -> None:
+    cap = LabelCap(2)
+    assert [cap("tool", v) for v in ["a", "b", "c", "a", "b"]] == ["a", "b", "other", "a", "b"]
+    assert cap("other-label", "x" * 500) == "x" * 128
+    assert cap("stage", None) == ""
+
+
+def test_openmetrics_on_request() -> None:
+    m = Metrics()
+    body, content_type = m.render("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert body.rstrip().endswith(b"# EOF")
+
+
+def test_overhead_buckets_resolve_sub_millisecond() -> None:
+    assert sum(1 for b in OVERHEAD_BUCKETS if b < 0.001) >= 4
