@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from bastion.errors import ConfigError
-from bastion.logs import LoggingConfig, configure_logging
+from bastion.logs import configure_logging
 
 SCRIPT = textwrap.dedent("""
     import logging, sys
@@ -66,19 +66,6 @@ def test_level_filters_both_structlog_and_stdlib() -> None:
     assert entries[0]["event"] == "debug.hidden"
     entries = [json.loads(line) for line in _run("json", "error").stderr.splitlines()]
     assert [e["event"] for e in entries] == ["boom"]
-
-
-def test_config_section() -> None:
-    assert LoggingConfig.from_mapping(None) == LoggingConfig("auto", "info")
-    assert LoggingConfig.from_mapping({"format": "json", "level": "DEBUG"}) == LoggingConfig("json", "debug")
-    assert LoggingConfig("console").resolve_format() == "console"
-    with open(__file__) as not_a_tty:
-        assert LoggingConfig().resolve_format(not_a_tty) == "json"
-    for bad, path in [({"format": "xml"}, "logging.format"), ({"level": "loud"}, "logging.level"),
-                      ({"colour": True}, "logging.colour")]:
-        with pytest.raises(ConfigError) as info:
-            LoggingConfig.from_mapping(bad)
-        assert info.value.path == path
 
 
 def test_bad_level_is_a_config_error() -> None:

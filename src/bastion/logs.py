@@ -1,19 +1,18 @@
-"""Operational logging: structlog, human-friendly on a terminal, JSON lines in production, on stderr.
+"""Operational logging: structlog, human-friendly console output in development, JSON lines in production, on stderr.
 
 Logs go to **stderr**; audit records go to their sinks (stdout by default). The two streams never mix, so a
 collector can route them separately without parsing, and an audit pipeline reading stdout never sees a log line.
 
 stdlib logging (uvicorn, httpx, redis) is routed through the same renderer via ``ProcessorFormatter``, so one
 process emits one format. The core runs uvicorn with ``log_config=None`` so uvicorn keeps this configuration.
-``configure_logging`` is the one place bastion touches global logging state; the CLI calls it once at start.
+``configure_logging`` is the one place bastion touches global logging state; the CLI calls it once at start with
+the ``logging:`` section the settings loader parsed (``BASTION_LOG_FORMAT`` / ``BASTION_LOG_LEVEL`` override it).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -21,48 +20,12 @@ from structlog.typing import Processor
 
 from bastion.errors import ConfigError
 
-__all__ = ["LogFormat", "LoggingConfig", "configure_logging"]
+__all__ = ["LogFormat", "configure_logging"]
 
 LogFormat = Literal["console", "json"]
 _LEVELS = ("debug", "info", "warning", "error", "critical")
-_FORMATS = ("auto", "console", "json")
-_KEYS = frozenset({"format", "level"})
 # uvicorn installs its own handlers on these unless told otherwise; clear them so records reach ours once.
 _THIRD_PARTY = ("uvicorn", "uvicorn.error", "uvicorn.access", "httpx", "httpcore", "redis")
-
-
-@dataclass(frozen=True, slots=True)
-class LoggingConfig:
-    """``logging: {format: auto|console|json, level: info}``. ``auto`` is console on a terminal, else JSON.
-
-    ``BASTION_LOG_FORMAT`` / ``BASTION_LOG_LEVEL`` override these; the settings loader applies them.
-    """
-
-    format: Literal["auto", "console", "json"] = "auto"
-    level: str = "info"
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None, path: str = "logging") -> LoggingConfig:
-        if data is None:
-            return cls()
-        if not isinstance(data, Mapping):
-            raise ConfigError("must be a mapping", path=path)
-        for key in data:
-            if key not in _KEYS:
-                raise ConfigError(f"unknown key {key!r}; expected one of format, level", path=f"{path}.{key}")
-        fmt = data.get("format", "auto")
-        if fmt not in _FORMATS:
-            raise ConfigError(f"must be one of {', '.join(_FORMATS)}", path=f"{path}.format")
-        level = data.get("level", "info")
-        if not isinstance(level, str) or level.lower() not in _LEVELS:
-            raise ConfigError(f"must be one of {', '.join(_LEVELS)}", path=f"{path}.level")
-        return cls(format=fmt, level=level.lower())
-
-    def resolve_format(self, stream: TextIO | None = None) -> LogFormat:
-        if self.format != "auto":
-            return self.format
-        out = stream if stream is not None else sys.stderr
-        return "console" if out.isatty() else "json"
 
 
 def configure_logging(format: LogFormat, level: str = "info", *, stream: TextIO | None = None) -> None:
