@@ -122,3 +122,4 @@ async def test_a_redis_that_never_answers_fails_closed() -> None:
                 await pinning.list("files")
         finally:
             await client.aclose()
+

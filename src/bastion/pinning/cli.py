@@ -43,7 +43,7 @@ def store_from_args(args: argparse.Namespace) -> PinStore:
             client = aioredis.Redis.from_url(args.redis_url)
         except ValueError as exc:
             raise UsageError(f"invalid --redis-url: {exc}") from None
-        return RedisPinStore(client, key_prefix=args.redis_key_prefix)
+        return RedisPinStore(client, key_prefix=args.redis_key_prefix, owns_client=True)
     if getattr(args, "pins_file", None):
         return FilePinStore(args.pins_file)
     raise UsageError("say where the pins are: --pins-file PATH or --redis-url URL")

@@ -142,12 +142,13 @@ class RedisPinStore:
     """Pins in Redis, one hash per upstream: ``<prefix><upstream>``, field = tool name, value = the pin's JSON.
 
     ``timeout_s`` bounds every operation, so a hung Redis counts as down (and tools are quarantined) instead of
-    stalling a catalogue refresh.
+    stalling a catalogue refresh. The client is the gateway's shared one unless ``owns_client`` (the CLI's own).
     """
 
     def __init__(self, client: aioredis.Redis, *, key_prefix: str = DEFAULT_KEY_PREFIX,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, owns_client: bool = False) -> None:
         self._client = client
+        self._owns_client = owns_client
         self._prefix = key_prefix
         self._timeout_s = timeout_s
 
@@ -193,7 +194,8 @@ class RedisPinStore:
         return await self._guard(transact())
 
     async def close(self) -> None:
-        await self._guard(self._client.aclose())
+        if self._owns_client:
+            await self._guard(self._client.aclose())
 
     async def _guard(self, op: Awaitable[T]) -> T:
         try:
