@@ -29,8 +29,9 @@ def pinned_view(definition: Mapping[str, Any]) -> dict[str, Any]:
 
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, no whitespace, UTF-8 (non-ASCII kept as is, so two spellings of one text cannot differ)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    # NaN/Infinity are not JSON, but a lenient parser upstream of us may let them through; hash them as tokens
+    # rather than fail a whole catalogue refresh.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def fingerprint(definition: Mapping[str, Any]) -> str:
