@@ -58,7 +58,7 @@ class ArgConstraint:
         if "path_prefix" in data:
             text = data["path_prefix"]
             prefix = normalize_path(text)
-            if not text.startswith("/") or prefix is None:
+            if not text.startswith("/") or prefix is None or ".." in text.split("/"):
                 raise ConfigError(f"invalid path_prefix {text!r}: must be an absolute path without '..' or NUL",
                                   path=f"{path}.path_prefix")
         low, high = data.get("min"), data.get("max")

@@ -77,6 +77,7 @@ def parse_yaml(text: str, source: str) -> YamlSource:
 
 def _walk(node: yaml.Node, path: str, lines: dict[str, int], source: str, seen: set[int]) -> None:
     if id(node) in seen:
+        # The alias shares the anchored node, so the line is the anchor's; the path is the alias's.
         raise ConfigError("YAML anchors and aliases are not supported in policy files; write the value out",
                           source=source, path=path or None, line=node.start_mark.line + 1)
     seen.add(id(node))
@@ -84,14 +85,14 @@ def _walk(node: yaml.Node, path: str, lines: dict[str, int], source: str, seen: 
         keys: dict[str, int] = {}
         for key_node, value_node in node.value:
             line = key_node.start_mark.line + 1
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == "<<":
+                raise ConfigError("YAML merge keys ('<<') are not supported in policy files", source=source,
+                                  path=join_path(path, "<<"), line=line)
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR_TAG:
                 raise ConfigError("keys must be plain strings (quote keys like 'yes', '1' or 'null')",
                                   source=source, path=path or None, line=line)
             key = key_node.value
             child = join_path(path, key)
-            if key == "<<":
-                raise ConfigError("YAML merge keys ('<<') are not supported in policy files", source=source,
-                                  path=child, line=line)
             if key in keys:
                 raise ConfigError(f"duplicate key {key!r} (first at line {keys[key]})", source=source, path=child,
                                   line=line)
