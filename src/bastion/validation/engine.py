@@ -42,8 +42,8 @@ class Run:
     patterns: Mapping[str, Any]
     steps_left: int
 
-    def spend(self) -> None:
-        self.steps_left -= 1
+    def spend(self, steps: int) -> None:
+        self.steps_left -= steps
         if self.steps_left < 0:
             raise BudgetExhausted
 
@@ -96,6 +96,24 @@ def _additional_properties(validator: Any, extra_schema: Any, instance: Any, sch
         yield ValidationError("additional properties are not allowed")
 
 
+def _properties(validator: Any, properties: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for name, subschema in properties.items():
+        if name not in instance:
+            continue
+        if subschema is False:
+            # jsonschema's descend drops the path for a false subschema; keep it, so the report can say where.
+            # validator=None marks a false schema, as jsonschema itself does (its stubs do not admit it).
+            error = ValidationError("not allowed", validator=None,  # type: ignore[arg-type]
+                                    validator_value=None, instance=instance[name], schema=False)
+            error.path.appendleft(name)
+            error.relative_schema_path.appendleft(name)
+            yield error
+        else:
+            yield from validator.descend(instance[name], subschema, path=name, schema_path=name)
+
+
 def additional_keys(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
     """Keys of ``instance`` that neither ``properties`` nor ``patternProperties`` of ``schema`` cover, in order."""
     properties = schema.get("properties", {})
@@ -104,11 +122,16 @@ def additional_keys(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> l
             if key not in properties and not any(regex.search(key) is not None for regex in regexes)]
 
 
-def _metered(keyword: Keyword) -> Keyword:
+# Following a reference (lookup, new resolver, new validator) costs several times a plain keyword; weighting it
+# keeps the budget close to a time budget (about 2 µs a step) even for reference-heavy schemas.
+_STEP_COST = {"$ref": 8, "$dynamicRef": 8, "$recursiveRef": 8}
+
+
+def _metered(keyword: Keyword, cost: int) -> Keyword:
     def run(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         current = CURRENT_RUN.get()
         if current is not None:
-            current.spend()
+            current.spend(cost)
         return keyword(validator, value, instance, schema)
 
     return run
@@ -116,6 +139,7 @@ def _metered(keyword: Keyword) -> Keyword:
 
 _RE2_KEYWORDS: dict[str, Keyword] = {
     "pattern": _pattern,
+    "properties": _properties,
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
 }
@@ -124,7 +148,8 @@ FORMAT_CHECKER = build_format_checker()
 
 
 def _safe_class(base: Any) -> Any:
-    keywords = {name: _metered(_RE2_KEYWORDS.get(name, fn)) for name, fn in base.VALIDATORS.items()}
+    keywords = {name: _metered(_RE2_KEYWORDS.get(name, fn), _STEP_COST.get(name, 1))
+                for name, fn in base.VALIDATORS.items()}
     # No ``version``: that would register the class in jsonschema's global dialect table.
     return extend(base, validators=keywords, format_checker=FORMAT_CHECKER)  # type: ignore[no-untyped-call]
 
