@@ -1,0 +1,215 @@
+"""An upstream MCP server over Streamable HTTP, in its handshake era (2025-03-26 … 2025-11-25).
+
+Each request is one POST on the shared, pooled ``httpx.AsyncClient``; the answer is either one JSON object or an
+SSE stream that carries the request's related notifications and server requests before its response. Server
+requests are answered by POSTing the JSON-RPC response. A 404 on a request that carried our session id means
+the server forgot the session (typically it restarted): we initialize again and retry that request once. A GET
+stream, when the server offers one, brings unrelated notifications such as ``tools/list_changed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import orjson
+import structlog
+
+from bastion import __version__
+from bastion.errors import UpstreamUnavailable
+from bastion.sse import SseDecoder
+from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.handshake import initialize_params, parse_initialize_result
+from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, sse_events
+from bastion.upstream.session import Pending, RpcSession
+from bastion.upstream.supervisor import Backoff
+
+__all__ = ["HttpUpstream"]
+
+log = structlog.get_logger("bastion.upstream")
+
+LIST_CHANGED = "notifications/tools/list_changed"
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+
+
+class HttpUpstream:
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
+                 init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
+                 backoff_max: float = 30.0) -> None:
+        self.name = name
+        self._url = url
+        self._client = client
+        self._init_timeout = init_timeout
+        self._listen_enabled = listen
+        self._backoff = Backoff(backoff_initial, backoff_max)
+        self._base_headers = {**headers, "Accept": "application/json, text/event-stream",
+                              "Content-Type": "application/json"}
+        # Rebuilt once per (re)initialization, so the hot path does no header assembly.
+        self._headers = dict(self._base_headers)
+        self._session_id: str | None = None
+        self._info: UpstreamInfo | None = None
+        self._generation = 0
+        self._init_lock = asyncio.Lock()
+        self._rpc = RpcSession(name, self._post_message)
+        self._listener: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        return self._info
+
+    async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        self._rpc.on_notification = on_notification
+        info = await self._initialize()
+        if self._listen_enabled:
+            self._listener = self._rpc.spawn(self._listen())
+        return info
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+                      on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
+        if self._closed or self._info is None:
+            raise UpstreamUnavailable(self.name, log_detail="not connected")
+        return await self._rpc.call(method, params, timeout=timeout, on_message=on_message, transmit=self._transmit)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        await self._rpc.notify(method, params)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._rpc.aclose()
+        if self._session_id is not None:
+            try:
+                with http_errors(self.name, "DELETE"):
+                    await self._client.delete(self._url, headers=self._headers)
+            except UpstreamUnavailable as exc:
+                log.info("upstream.delete_failed", upstream=self.name, detail=exc.log_detail)
+            self._session_id = None
+
+    # -- session ---------------------------------------------------------------------------------------------
+
+    async def _initialize(self) -> UpstreamInfo:
+        self._session_id = None
+        self._headers = dict(self._base_headers)
+        result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
+                                      on_message=None, transmit=self._transmit_initialize)
+        info = parse_initialize_result(self.name, result)
+        headers = dict(self._base_headers)
+        headers[VERSION_HEADER] = info.protocol_version
+        if self._session_id is not None:
+            headers[SESSION_HEADER] = self._session_id
+        self._headers = headers
+        self._info = info
+        self._generation += 1
+        await self._rpc.notify("notifications/initialized")
+        log.info("upstream.initialized", upstream=self.name, version=info.protocol_version,
+                 session=self._session_id is not None)
+        return info
+
+    async def _reinitialize(self, generation: int) -> None:
+        async with self._init_lock:
+            if generation != self._generation:
+                return  # another request already did it
+            log.info("upstream.session_expired", upstream=self.name)
+            await self._initialize()
+        # A server that lost our session may have restarted with a different tool list.
+        await self._rpc.on_notification(LIST_CHANGED, {})
+
+    # -- requests --------------------------------------------------------------------------------------------
+
+    async def _transmit_initialize(self, pending: Pending) -> None:
+        await self._exchange(pending)
+
+    async def _transmit(self, pending: Pending) -> None:
+        generation = self._generation
+        if await self._exchange(pending):
+            await self._reinitialize(generation)
+            if await self._exchange(pending):
+                raise UpstreamUnavailable(self.name, log_detail="session rejected right after initialize")
+
+    async def _exchange(self, pending: Pending) -> bool:
+        """POST one request and read its answer into the session. True when the server forgot our session."""
+        with http_errors(self.name, "POST"):
+            async with self._client.stream("POST", self._url, content=orjson.dumps(pending.message),
+                                           headers=self._headers, timeout=STREAM_TIMEOUT) as response:
+                status = response.status_code
+                if status == 404 and SESSION_HEADER in self._headers:
+                    await response.aclose()
+                    return True
+                if status >= 300:
+                    await self._refused(response, pending)
+                    return False
+                if pending.message["method"] == "initialize":
+                    self._session_id = response.headers.get(SESSION_HEADER)
+                if is_event_stream(response):
+                    await self._read_stream(response, pending)
+                else:
+                    await self._rpc.handle(orjson.loads(await response.aread()), related=pending)
+        if not pending.future.done():
+            raise UpstreamUnavailable(self.name, log_detail="response ended without an answer")
+        return False
+
+    async def _read_stream(self, response: httpx.Response, pending: Pending) -> None:
+        async for event in sse_events(response):
+            if event.event == "message" and event.data:
+                await self._rpc.handle(orjson.loads(event.data), related=pending)
+                if pending.future.done():
+                    # The answer is in; the server ends the stream after it, and waiting for that is pointless.
+                    return
+
+    async def _refused(self, response: httpx.Response, pending: Pending) -> None:
+        body = await response.aread()
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            message = None
+        # Some servers put a JSON-RPC error for our request in a 4xx body; that is a real answer.
+        if isinstance(message, dict) and message.get("id") == pending.id and "error" in message:
+            await self._rpc.handle(message, related=pending)
+            return
+        raise UpstreamUnavailable(self.name, log_detail=f"HTTP {response.status_code}: {body[:200]!r}")
+
+    async def _post_message(self, message: dict[str, Any]) -> None:
+        with http_errors(self.name, "POST"):
+            response = await self._client.post(self._url, content=orjson.dumps(message), headers=self._headers,
+                                               timeout=STREAM_TIMEOUT)
+        if response.status_code >= 300:
+            raise UpstreamUnavailable(self.name, log_detail=f"HTTP {response.status_code} to a notification")
+
+    # -- the GET stream --------------------------------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        while not self._closed:
+            started = time.monotonic()
+            retry_ms = await self._listen_once()
+            if retry_ms is None:
+                return
+            self._backoff.connection_ended(time.monotonic() - started)
+            await asyncio.sleep(max(self._backoff.next_delay(), retry_ms / 1000))
+
+    async def _listen_once(self) -> int | None:
+        """One GET stream, until it ends. Returns the retry delay in ms, or None when the server offers none."""
+        generation = self._generation
+        headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
+        headers["Accept"] = "text/event-stream"
+        decoder = SseDecoder()
+        try:
+            with http_errors(self.name, "GET"):
+                async with self._client.stream("GET", self._url, headers=headers, timeout=STREAM_TIMEOUT) as response:
+                    if response.status_code == 405:
+                        log.info("upstream.no_get_stream", upstream=self.name)
+                        return None
+                    if response.status_code == 404 and SESSION_HEADER in headers:
+                        await self._reinitialize(generation)
+                        return 0
+                    if response.status_code != 200 or not is_event_stream(response):
+                        raise UpstreamUnavailable(self.name, log_detail=f"GET stream HTTP {response.status_code}")
+                    async for event in sse_events(response, decoder):
+                        if event.event == "message" and event.data:
+                            await self._rpc.handle(orjson.loads(event.data))
+        except UpstreamUnavailable as exc:
+            log.info("upstream.get_stream_failed", upstream=self.name, detail=exc.log_detail)
+        return decoder.retry or 0

@@ -1,0 +1,57 @@
+"""What the two HTTP transports share: the httpx error boundary, SSE over a response, origin checks, timeouts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+
+from bastion.errors import UpstreamUnavailable
+from bastion.sse import SseDecoder, SseEvent
+
+__all__ = ["STREAM_TIMEOUT", "http_errors", "is_event_stream", "same_origin", "sse_events"]
+
+# Our own asyncio deadline governs each request; httpx's read timeout would cut long SSE streams that are merely
+# quiet (a slow tool between progress events), so only connecting and writing are bounded here.
+STREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=10.0)
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@contextmanager
+def http_errors(upstream: str, what: str) -> Iterator[None]:
+    """Map httpx (and malformed JSON) failures to ``UpstreamUnavailable``; the detail goes to the log only."""
+    try:
+        yield
+    except (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL) as exc:
+        raise UpstreamUnavailable(upstream, log_detail=f"{what}: {type(exc).__name__}: {exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamUnavailable(upstream, log_detail=f"{what}: malformed JSON: {exc}") from None
+
+
+async def sse_events(response: httpx.Response, decoder: SseDecoder | None = None) -> AsyncIterator[SseEvent]:
+    decoder = decoder or SseDecoder()
+    async for chunk in response.aiter_bytes():
+        for event in decoder.feed(chunk):
+            yield event
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+
+
+def same_origin(a: str, b: str) -> bool:
+    try:
+        return _origin(a) == _origin(b)
+    except ValueError:
+        # urlsplit rejects some malformed ports and hosts; such a URL is never our origin.
+        return False
+
+
+def is_event_stream(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").lower().startswith("text/event-stream")

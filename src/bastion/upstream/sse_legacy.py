@@ -1,0 +1,151 @@
+"""An upstream MCP server over the deprecated HTTP+SSE transport (2024-11-05).
+
+One long GET stream carries everything the server sends; its first event, ``endpoint``, names the URL to POST
+our messages to. That URL comes from the server, so it must be same-origin with the configured one: otherwise a
+compromised or confused server could point bastion, with its configured credentials, at any host (SSRF).
+When the stream ends, requests in flight fail and the supervisor reconnects (a new server-side session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+import orjson
+import structlog
+
+from bastion import __version__
+from bastion.errors import UpstreamUnavailable
+from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.handshake import initialize_params, parse_initialize_result
+from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, same_origin, sse_events
+from bastion.upstream.session import Pending, RpcSession
+from bastion.upstream.supervisor import Backoff, Supervisor
+
+__all__ = ["SseUpstream"]
+
+log = structlog.get_logger("bastion.upstream")
+
+LIST_CHANGED = "notifications/tools/list_changed"
+
+
+class SseUpstream:
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
+                 init_timeout: float = 30.0, backoff_initial: float = 0.5, backoff_max: float = 30.0) -> None:
+        self.name = name
+        self._url = url
+        self._client = client
+        self._init_timeout = init_timeout
+        self._get_headers = {**headers, "Accept": "text/event-stream"}
+        self._post_headers = {**headers, "Content-Type": "application/json"}
+        self._endpoint: str | None = None
+        self._stream: asyncio.Task[None] | None = None
+        self._closed = False
+        self._rpc = RpcSession(name, self._post)
+        self._supervisor = Supervisor(name, self._connect, self._announce_reconnect,
+                                      Backoff(backoff_initial, backoff_max))
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        return self._supervisor.info
+
+    async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        self._rpc.on_notification = on_notification
+        return await self._supervisor.start()
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+                      on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
+        await self._supervisor.ready(timeout)
+        return await self._rpc.call(method, params, timeout=timeout, on_message=on_message,
+                                    transmit=self._transmit)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        await self._rpc.notify(method, params)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._supervisor.aclose()
+        self._endpoint = None
+        await self._rpc.aclose()
+
+    # -- connection ------------------------------------------------------------------------------------------
+
+    async def _connect(self) -> UpstreamInfo:
+        endpoint: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        stream = self._stream = self._rpc.spawn(self._listen(endpoint))
+        try:
+            try:
+                async with asyncio.timeout(self._init_timeout):
+                    self._endpoint = await endpoint
+            except TimeoutError:
+                raise UpstreamUnavailable(self.name, log_detail="no endpoint event") from None
+            result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
+                                          on_message=None, transmit=self._transmit)
+            info = parse_initialize_result(self.name, result)
+            await self._rpc.notify("notifications/initialized")
+        except BaseException:
+            self._stream = None
+            stream.cancel()
+            raise
+        return info
+
+    async def _announce_reconnect(self) -> None:
+        await self._rpc.on_notification(LIST_CHANGED, {})
+
+    def _endpoint_url(self, data: str) -> str:
+        url = urljoin(self._url, data.strip())
+        if not same_origin(url, self._url):
+            raise UpstreamUnavailable(self.name, log_detail=f"endpoint {url!r} is not same-origin; refused")
+        return url
+
+    async def _listen(self, endpoint: asyncio.Future[str]) -> None:
+        detail = "SSE stream ended"
+        try:
+            with http_errors(self.name, "GET"):
+                async with self._client.stream("GET", self._url, headers=self._get_headers,
+                                               timeout=STREAM_TIMEOUT) as response:
+                    if response.status_code != 200 or not is_event_stream(response):
+                        raise UpstreamUnavailable(self.name, log_detail=f"SSE GET HTTP {response.status_code}")
+                    async for event in sse_events(response):
+                        if event.event == "endpoint" and not endpoint.done():
+                            endpoint.set_result(self._endpoint_url(event.data))
+                        elif event.event == "message" and event.data:
+                            await self._dispatch(event.data)
+        except UpstreamUnavailable as exc:
+            detail = exc.log_detail or detail
+            if not endpoint.done():
+                endpoint.set_exception(exc)
+        if not endpoint.done():
+            endpoint.set_exception(UpstreamUnavailable(self.name, log_detail=detail))
+        if self._closed or self._stream is not asyncio.current_task():
+            return
+        self._stream = None
+        self._endpoint = None
+        self._rpc.fail_all(detail)
+        self._supervisor.lost(detail)
+
+    async def _dispatch(self, data: str) -> None:
+        try:
+            message = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            log.warning("upstream.bad_json", upstream=self.name, size=len(data))
+            return
+        await self._rpc.handle(message)
+
+    # -- sending ---------------------------------------------------------------------------------------------
+
+    async def _transmit(self, pending: Pending) -> None:
+        await self._post(pending.message)
+
+    async def _post(self, message: dict[str, Any]) -> None:
+        endpoint = self._endpoint
+        if endpoint is None:
+            raise UpstreamUnavailable(self.name, log_detail="not connected")
+        with http_errors(self.name, "POST"):
+            response = await self._client.post(endpoint, content=orjson.dumps(message), headers=self._post_headers,
+                                               timeout=STREAM_TIMEOUT)
+        if response.status_code >= 300:
+            raise UpstreamUnavailable(self.name, log_detail=f"POST HTTP {response.status_code}")
