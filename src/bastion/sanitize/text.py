@@ -103,7 +103,10 @@ def clean_text(text: str) -> Cleaned:
         text = sub("whitespace", _SPACE, " ", text)
         text = sub("whitespace", _LINE_SEP, "\n", text)
         text = sub("invalid", _SURROGATE, "", text)
-        text = sub("zero_width", _JOINER, "", text)
+        joined = _JOINER.sub("", text)
+        if len(joined) != len(text):
+            counts["zero_width"] = counts.get("zero_width", 0) + len(text) - len(joined)
+            text = joined
         if _VARIATION.search(text):
             removed = 0
 
