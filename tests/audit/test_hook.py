@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bastion.audit.hook import CallAuditor
 from bastion.audit.log import AuditLog
 from bastion.audit.sinks import FileSink
+from bastion.errors import UpstreamUnavailable
 from bastion.metrics import Metrics
 from bastion.pipeline import CallRecord
 from tests.audit.helpers import assert_valid, context
@@ -60,3 +61,18 @@ async def test_one_record_per_call_under_concurrency(tmp_path: Path) -> None:
     assert samples[("bastion_validation_actions_total", (("action", "rejected"), ("direction", "input")))] == 40
     assert samples[("bastion_upstream_latency_seconds_count", (("upstream", "files"),))] == 80
     assert samples[("bastion_call_overhead_seconds_count", ())] == 240
+
+
+async def test_error_refines_the_outcome(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    audit = AuditLog([FileSink(path)])
+    auditor = CallAuditor(audit)
+    await auditor(context(), CallRecord(stage="forward"), "upstream_error", None, 3.0,
+                  error=UpstreamUnavailable("files", log_detail="http://10.0.0.5:9000 refused"))
+    await audit.close()
+    (doc,) = [json.loads(line) for line in path.read_bytes().splitlines()]
+    assert_valid(doc)
+    assert doc["outcome"] == "upstream_unavailable"
+    assert doc["error"] == {"type": "UpstreamUnavailable", "plane": "protocol", "code": -31002,
+                            "message": "Upstream 'files' is unavailable"}
+    assert "10.0.0.5" not in path.read_text()

@@ -33,10 +33,12 @@ class CallAuditor:
         self._clock = clock
 
     async def __call__(self, ctx: CallContext, record: CallRecord, outcome: str, result: dict[str, Any] | None,
-                       total_ms: float) -> None:
+                       total_ms: float, *, error: BaseException | None = None) -> None:
+        """``error``, when the pipeline passes the exception that ended the call, fills the record's ``error``
+        object and refines the outcome (``upstream_unavailable`` vs ``upstream_error``, ``limiter_unavailable``)."""
         doc = call_record(ctx, record, started_at=self._clock() - total_ms / 1000, total_ms=total_ms,
-                          outcome=as_outcome(outcome), result=result, log_arguments=self.audit.log_arguments,
-                          redact=self.redact)
+                          outcome=None if error is not None else as_outcome(outcome), error=error, result=result,
+                          log_arguments=self.audit.log_arguments, redact=self.redact)
         if self.metrics is not None:
             self._observe(self.metrics, ctx, record, doc)
         await self.audit.emit(doc)
