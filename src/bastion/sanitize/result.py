@@ -121,7 +121,8 @@ class Sanitizer:
     def _budgeted(self, text: str) -> str:
         limit = min(self.policy.max_item_bytes, self.budget)
         out = self.string(text, limit)
-        self.budget = max(0, self.budget - len(out.encode("utf-8", "surrogatepass")))
+        # Markers do not count against the budget: min() drops them, since only a cut text carries one.
+        self.budget = max(0, self.budget - min(limit, len(out.encode("utf-8", "surrogatepass"))))
         return out
 
     # -- content blocks --------------------------------------------------------------------------------------
@@ -210,7 +211,7 @@ class Sanitizer:
         if omitted:
             self.report.bump("truncated")
             out += truncation_marker(omitted)
-        self.budget = max(0, self.budget - len(out.encode("utf-8", "surrogatepass")))
+        self.budget = max(0, self.budget - min(limit, len(out.encode("utf-8", "surrogatepass"))))
         return out
 
     def content(self, blocks: list[Any], original_sc: Any, new_sc: Any, has_sc: bool) -> list[Any]:
