@@ -150,7 +150,14 @@ class Lease:
     async def __aenter__(self) -> Lease:
         if not self._caps:
             return self
-        acquired = await self._limiter._acquire(self._caps, self._id)
+        try:
+            acquired = await self._limiter._acquire(self._caps, self._id)
+        except BaseException:
+            # Cancelled or timed out while Redis may already have run the script: drop the lease it may hold.
+            self._release_in_background()
+            raise
+        if not acquired.held and acquired.tripped is None:
+            self._release_in_background()  # unreachable store (fail-open): same doubt, same remedy
         if acquired.tripped is not None:
             cap = self._caps[acquired.tripped]
             self._limiter._rejected(cap.name)
@@ -168,9 +175,12 @@ class Lease:
         if not self._held:
             return
         self._held = False
+        await asyncio.shield(self._release_in_background())
+
+    def _release_in_background(self) -> asyncio.Task[None]:
         release = asyncio.create_task(self._limiter._release(self._caps, self._id))
         self._limiter._keep(release)
-        await asyncio.shield(release)
+        return release
 
     async def _beat(self) -> None:
         interval = self._limiter.lease_ttl_s / 3
