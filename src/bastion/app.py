@@ -74,7 +74,7 @@ def create_app(settings: Settings) -> Starlette:
     store = MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions)
     gateway = Gateway(settings, store=store, pipeline=pipeline)
 
-    members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix, timeout_s=cfg.timeout_s)
+    members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix, timeout_s=min(cfg.timeout, cfg.max_timeout))
                for cfg in settings.upstreams]
     pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s)
     gateway.pool = pool

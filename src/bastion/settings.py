@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -235,7 +235,7 @@ class _Partial:
     redis_url: str | None
 
 
-def _section_parsers() -> dict[str, SectionParser]:
+def _section_parsers() -> Mapping[str, SectionParser]:
     # Imported lazily: feature modules import settings helpers, and the CLI's `--help` should stay fast.
     from bastion.sections import SECTION_PARSERS
 
@@ -265,8 +265,8 @@ def parse(data: Any, *, source: str, base_dir: Path, env: Mapping[str, str] | No
     from bastion.upstream.config import UpstreamConfig
 
     upstreams = tuple(
-        UpstreamConfig.from_mapping(name, as_mapping(value, f"upstreams.{name}"), f"upstreams.{name}",
-                                    base_dir=base_dir)
+        _resolve_cwd(UpstreamConfig.from_mapping(name, as_mapping(value, f"upstreams.{name}"), "upstreams",
+                                                 environ=environ), base_dir)
         for name, value in raw_upstreams.items()
     )
     catalogue = _catalogue(as_mapping(root.get("catalogue"), "catalogue"))
@@ -294,6 +294,13 @@ def parse(data: Any, *, source: str, base_dir: Path, env: Mapping[str, str] | No
         sections=sections,
         raw=root,
     )
+
+
+def _resolve_cwd(cfg: Any, base_dir: Path) -> Any:
+    # A stdio upstream's working directory is relative to the config file, like every other path in it.
+    if cfg.transport == "stdio":
+        return replace(cfg, cwd=str((base_dir / (cfg.cwd or ".")).resolve()))
+    return cfg
 
 
 def _asdict(obj: Any) -> dict[str, Any]:
