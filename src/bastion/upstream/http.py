@@ -97,17 +97,19 @@ class HttpUpstream:
         result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
                                       on_message=None, transmit=self._transmit_initialize)
         info = parse_initialize_result(self.name, result)
-        headers = dict(self._base_headers)
-        headers[VERSION_HEADER] = info.protocol_version
-        if self._session_id is not None:
-            headers[SESSION_HEADER] = self._session_id
-        self._headers = headers
+        self._headers = self._session_headers(info.protocol_version)
         self._info = info
         self._generation += 1
         await self._rpc.notify("notifications/initialized")
         log.info("upstream.initialized", upstream=self.name, version=info.protocol_version,
                  session=self._session_id is not None)
         return info
+
+    def _session_headers(self, version: str) -> dict[str, str]:
+        headers = {**self._base_headers, VERSION_HEADER: version}
+        if self._session_id is not None:
+            headers[SESSION_HEADER] = self._session_id
+        return headers
 
     async def _reinitialize(self, generation: int) -> None:
         async with self._init_lock:

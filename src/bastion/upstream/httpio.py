@@ -54,4 +54,5 @@ def same_origin(a: str, b: str) -> bool:
 
 
 def is_event_stream(response: httpx.Response) -> bool:
-    return response.headers.get("content-type", "").lower().startswith("text/event-stream")
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.lower().startswith("text/event-stream")

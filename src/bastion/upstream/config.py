@@ -1,0 +1,155 @@
+"""One upstream's configuration section, parsed from a plain mapping, and the factory that builds it.
+
+    upstreams:
+      files:  {command: [python, -m, files_server], env: {ROOT: /srv}, cwd: ., timeout: 30s}
+      github: {url: "https://host/mcp", headers: {Authorization: "Bearer ${GITHUB_TOKEN}"}, prefix: gh}
+
+Upstream credentials come only from here (``${VAR}`` is expanded from the environment at load time), never from
+clients, so a client's token can never reach an upstream.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from bastion.errors import ConfigError
+from bastion.upstream.base import Upstream
+from bastion.upstream.http import HttpUpstream
+from bastion.upstream.sse_legacy import SseUpstream
+from bastion.upstream.stdio import StdioUpstream
+
+__all__ = ["UpstreamConfig", "build_upstream", "parse_duration"]
+
+Transport = Literal["stdio", "streamable-http", "sse"]
+
+_COMMON = {"prefix", "timeout", "max_timeout", "enabled"}
+_STDIO = _COMMON | {"command", "env", "cwd"}
+_HTTP = _COMMON | {"url", "transport", "headers"}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Names stay inside SEP-986's tool-name alphabet once joined as "<prefix>__<tool>".
+_PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+
+
+def parse_duration(value: Any, path: str) -> float:
+    """``30s``, ``500ms``, ``2m``, ``1h`` or a number of seconds."""
+    if isinstance(value, bool):
+        raise ConfigError("expected a duration such as 30s, 500ms or 2m", path=path)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ConfigError(f"expected a duration such as 30s, 500ms or 2m, got {value!r}", path=path)
+    if seconds <= 0:
+        raise ConfigError("duration must be positive", path=path)
+    return seconds
+
+
+def _expand(value: Any, path: str, environ: Mapping[str, str]) -> str:
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ConfigError("expected a string", path=path)
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in environ:
+            raise ConfigError(f"environment variable {name} is not set", path=path)
+        return environ[name]
+
+    return _ENV_REF.sub(sub, str(value))
+
+
+def _string_map(value: Any, path: str, environ: Mapping[str, str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("expected a mapping of names to strings", path=path)
+    return {str(k): _expand(v, f"{path}.{k}", environ) for k, v in value.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    name: str
+    transport: Transport
+    prefix: str | None
+    timeout: float = 30.0
+    max_timeout: float = 300.0
+    enabled: bool = True
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, name: str, data: Mapping[str, Any], path: str = "upstreams",
+                     environ: Mapping[str, str] | None = None) -> UpstreamConfig:
+        """``path`` is the parent key path; errors name ``<path>.<name>.<key>``."""
+        env = os.environ if environ is None else environ
+        here = f"{path}.{name}"
+        if not _PREFIX.match(name):
+            raise ConfigError("upstream names are 1-32 characters of a-z, 0-9 and '-'", path=here)
+        if not isinstance(data, Mapping):
+            raise ConfigError("expected a mapping", path=here)
+        if ("command" in data) == ("url" in data):
+            raise ConfigError("set exactly one of 'command' (stdio) or 'url' (HTTP)", path=here)
+        allowed = _STDIO if "command" in data else _HTTP
+        for key in data:
+            if key not in allowed:
+                raise ConfigError(f"unknown key {key!r}", path=f"{here}.{key}")
+
+        prefix: str | None = name
+        if "prefix" in data:
+            raw = data["prefix"]
+            if raw is None or raw == "":
+                prefix = None
+            elif isinstance(raw, str) and _PREFIX.match(raw):
+                prefix = raw
+            else:
+                raise ConfigError("prefix must be null, empty, or 1-32 characters of a-z, 0-9 and '-'",
+                                  path=f"{here}.prefix")
+        timeout = parse_duration(data.get("timeout", 30), f"{here}.timeout")
+        max_timeout = parse_duration(data.get("max_timeout", 300), f"{here}.max_timeout")
+        if timeout > max_timeout:
+            raise ConfigError("timeout must not exceed max_timeout", path=f"{here}.timeout")
+        enabled = data.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ConfigError("expected true or false", path=f"{here}.enabled")
+        common: dict[str, Any] = {"name": name, "prefix": prefix, "timeout": timeout, "max_timeout": max_timeout,
+                                  "enabled": enabled}
+
+        if "command" in data:
+            command = data["command"]
+            if (not isinstance(command, list) or not command
+                    or not all(isinstance(c, str | int | float) and not isinstance(c, bool) for c in command)):
+                raise ConfigError("command must be a non-empty list of strings", path=f"{here}.command")
+            cwd = data.get("cwd")
+            if cwd is not None and not isinstance(cwd, str):
+                raise ConfigError("cwd must be a string", path=f"{here}.cwd")
+            return cls(transport="stdio", command=tuple(str(c) for c in command),
+                       env=_string_map(data.get("env"), f"{here}.env", env), cwd=cwd, **common)
+
+        url = _expand(data["url"], f"{here}.url", env)
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError("url must be an http:// or https:// URL", path=f"{here}.url")
+        transport = data.get("transport", "streamable-http")
+        if transport not in ("streamable-http", "sse"):
+            raise ConfigError("transport must be 'streamable-http' or 'sse'", path=f"{here}.transport")
+        return cls(transport=transport, url=url, headers=_string_map(data.get("headers"), f"{here}.headers", env),
+                   **common)
+
+
+def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient) -> Upstream:
+    if cfg.transport == "stdio":
+        return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd)
+    assert cfg.url is not None
+    if cfg.transport == "sse":
+        return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client)
+    return HttpUpstream(cfg.name, cfg.url, cfg.headers, http_client)

@@ -1,0 +1,93 @@
+"""Parsing an upstream's configuration section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from bastion.errors import ConfigError
+from bastion.upstream.config import UpstreamConfig, build_upstream, parse_duration
+from bastion.upstream.http import HttpUpstream
+from bastion.upstream.sse_legacy import SseUpstream
+from bastion.upstream.stdio import StdioUpstream
+
+ENV = {"TOKEN": "s3cret", "HOST": "example.test"}
+
+
+def parse(data: dict[str, Any], name: str = "files") -> UpstreamConfig:
+    return UpstreamConfig.from_mapping(name, data, "upstreams", environ=ENV)
+
+
+def test_stdio_section() -> None:
+    cfg = parse({"command": ["python", "-m", "x"], "env": {"K": "${TOKEN}"}, "cwd": ".", "timeout": "500ms"})
+    assert cfg.transport == "stdio"
+    assert cfg.command == ("python", "-m", "x")
+    assert cfg.env == {"K": "s3cret"}
+    assert cfg.cwd == "."
+    assert cfg.timeout == 0.5
+    assert cfg.max_timeout == 300
+    assert cfg.prefix == "files"
+    assert cfg.enabled is True
+
+
+def test_http_section() -> None:
+    cfg = parse({"url": "https://${HOST}/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}, "prefix": "gh",
+                 "timeout": "2m", "max_timeout": 600, "enabled": False}, name="github")
+    assert cfg.transport == "streamable-http"
+    assert cfg.url == "https://example.test/mcp"
+    assert cfg.headers == {"Authorization": "Bearer s3cret"}
+    assert (cfg.prefix, cfg.timeout, cfg.max_timeout, cfg.enabled) == ("gh", 120, 600, False)
+
+
+@pytest.mark.parametrize("prefix", [None, ""])
+def test_prefix_can_be_turned_off(prefix: str | None) -> None:
+    assert parse({"command": ["x"], "prefix": prefix}).prefix is None
+
+
+@pytest.mark.parametrize(("data", "path", "text"), [
+    ({"command": ["x"], "colour": "red"}, "upstreams.files.colour", "unknown key"),
+    ({"command": ["x"], "url": "http://a"}, "upstreams.files", "exactly one"),
+    ({}, "upstreams.files", "exactly one"),
+    ({"command": []}, "upstreams.files.command", "non-empty"),
+    ({"command": ["x"], "headers": {}}, "upstreams.files.headers", "unknown key"),
+    ({"command": ["x"], "env": {"A": "${MISSING}"}}, "upstreams.files.env.A", "MISSING is not set"),
+    ({"url": "http://a", "headers": {"X": "${NOPE}"}}, "upstreams.files.headers.X", "NOPE is not set"),
+    ({"url": "ftp://a"}, "upstreams.files.url", "http"),
+    ({"url": "http://a", "transport": "websocket"}, "upstreams.files.transport", "streamable-http"),
+    ({"command": ["x"], "timeout": "soon"}, "upstreams.files.timeout", "duration"),
+    ({"command": ["x"], "timeout": "10m"}, "upstreams.files.timeout", "max_timeout"),
+    ({"command": ["x"], "prefix": "Bad_Prefix"}, "upstreams.files.prefix", "prefix"),
+    ({"command": ["x"], "enabled": "yes"}, "upstreams.files.enabled", "true or false"),
+])
+def test_errors_name_the_key(data: dict[str, Any], path: str, text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(data)
+    assert info.value.path == path
+    assert text in info.value.message
+
+
+def test_bad_upstream_name() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse({"command": ["x"]}, name="My Server")
+    assert info.value.path == "upstreams.My Server"
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("30s", 30), ("500ms", 0.5), ("2m", 120), ("1h", 3600), (5, 5),
+                                                (1.5, 1.5), ("10", 10)])
+def test_durations(value: Any, seconds: float) -> None:
+    assert parse_duration(value, "p") == seconds
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "3 weeks", None])
+def test_bad_durations(value: Any) -> None:
+    with pytest.raises(ConfigError):
+        parse_duration(value, "p")
+
+
+async def test_factory_builds_each_transport() -> None:
+    async with httpx.AsyncClient() as client:
+        assert isinstance(build_upstream(parse({"command": ["x"]}), client), StdioUpstream)
+        assert isinstance(build_upstream(parse({"url": "http://a/mcp"}), client), HttpUpstream)
+        assert isinstance(build_upstream(parse({"url": "http://a/sse", "transport": "sse"}), client), SseUpstream)
