@@ -1,0 +1,119 @@
+"""Legacy-era sessions in Redis, so any replica can serve any session.
+
+One string key per session (``<prefix><id>`` holding ``SessionData.to_json()``) with a TTL equal to the idle
+timeout. Every successful ``get`` refreshes the TTL in the same command (``GETEX``), so "idle" means "no request
+on any replica" and expiry needs no sweeper. The principal binding travels inside the data; the front door
+compares it with the caller and answers a mismatch like an unknown id.
+
+Redis being down must not look like "no such session" (a client would then re-initialize in a loop against a
+store that cannot hold the new session either), so every Redis failure becomes a 503 the client can retry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import orjson
+import redis.asyncio as aioredis
+import structlog
+from redis.exceptions import RedisError
+
+from bastion.errors import HttpError
+from bastion.server.sessions import SessionData
+
+log = structlog.get_logger("bastion.server.redis_sessions")
+
+T = TypeVar("T")
+
+DEFAULT_KEY_PREFIX = "bastion:session:"
+# Ids bastion issues are 43 URL-safe base64 characters. Anything else cannot be a session of ours, so it is
+# answered as unknown without a round trip, and an attacker cannot make bastion touch arbitrary keys.
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_SCAN_BATCH = 500
+
+
+class SessionStoreUnavailable(HttpError):
+    """Redis could not be reached or answered with an error: the request may be retried."""
+
+    def __init__(self, *, log_detail: str | None = None) -> None:
+        super().__init__(503, "Session store unavailable; try again later", headers={"Retry-After": "1"},
+                         log_detail=log_detail)
+
+
+class RedisSessionStore:
+    """A ``SessionStore`` shared by every replica that uses the same Redis and key prefix."""
+
+    def __init__(self, redis: aioredis.Redis, *, idle_timeout_s: float,
+                 key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+        if idle_timeout_s <= 0:
+            raise ValueError("idle_timeout_s must be positive")
+        self._redis = redis
+        # Millisecond TTLs, at least 1 ms: Redis rejects PX 0.
+        self._ttl_ms = max(1, int(idle_timeout_s * 1000))
+        self._prefix = key_prefix
+
+    def _key(self, session_id: str) -> str:
+        return self._prefix + session_id
+
+    async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await fn()
+        except (RedisError, OSError) as exc:
+            detail = f"redis {op} failed: {type(exc).__name__}: {exc}"
+            log.warning("session_store_unavailable", op=op, error=type(exc).__name__)
+            raise SessionStoreUnavailable(log_detail=detail) from None
+
+    async def create(self, data: SessionData) -> None:
+        if not _SESSION_ID.match(data.id):
+            raise ValueError("session ids must be URL-safe base64 (see new_session_id)")
+        payload = data.to_json()
+        # NX: a 256-bit random id never collides; if it somehow did, refusing beats handing one client another's
+        # session.
+        created = await self._call("create", lambda: self._redis.set(self._key(data.id), payload, nx=True,
+                                                                      px=self._ttl_ms))
+        if not created:
+            raise HttpError(503, "Could not create a session; try again", log_detail="session id collision")
+
+    async def get(self, session_id: str) -> SessionData | None:
+        if not _SESSION_ID.match(session_id):
+            return None
+        raw = await self._call("get", lambda: self._redis.getex(self._key(session_id), px=self._ttl_ms))
+        if raw is None:
+            return None
+        try:
+            return SessionData.from_json(raw)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            # A value bastion did not write (or an older, incompatible format): the session is unusable, so it
+            # is treated as expired and removed, and the client re-initializes.
+            log.warning("session_record_unreadable", session=session_id[:8])
+            await self._call("delete", lambda: self._redis.delete(self._key(session_id)))
+            return None
+
+    async def update(self, data: SessionData) -> None:
+        if not _SESSION_ID.match(data.id):
+            return
+        payload = data.to_json()
+        # XX: an update never resurrects a session that expired or was deleted on another replica meanwhile.
+        await self._call("update", lambda: self._redis.set(self._key(data.id), payload, xx=True, px=self._ttl_ms))
+
+    async def delete(self, session_id: str) -> bool:
+        if not _SESSION_ID.match(session_id):
+            return False
+        removed = await self._call("delete", lambda: self._redis.delete(self._key(session_id)))
+        return bool(removed)
+
+    async def count(self) -> int:
+        """Live sessions across all replicas. O(keys in the database): meant for metrics and admin, not requests."""
+        async def scan() -> int:
+            total = 0
+            async for _ in self._redis.scan_iter(match=_escape_glob(self._prefix) + "*", count=_SCAN_BATCH):
+                total += 1
+            return total
+
+        return await self._call("count", scan)
+
+
+def _escape_glob(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
