@@ -57,6 +57,9 @@ class InjectionDetector:
         self._ids = tuple(pid for pid, _ in patterns)
         self._set = PatternSet([p for _, p in patterns], path="injection")
 
+    def may_match(self, text: str) -> bool:
+        return self._set.may_match(text)
+
     def apply(self, text: str, action: InjectionAction) -> tuple[str, Mapping[str, int]]:
         """Counts keyed ``injection:<id>``; with ``neutralise`` each match is rewritten by ``neutralise()``."""
         hits = self._set.hits(text)

@@ -87,6 +87,10 @@ class PatternSet:
         found.extend(self._fallback)
         return sorted(found)
 
+    def may_match(self, text: str) -> bool:
+        """False only if no pattern can match anywhere in ``text`` (one RE2 pass)."""
+        return bool(self._fallback) or (self._set is not None and bool(self._set.Match(text)))
+
     def hits(self, text: str, accept: Callable[[Hit], bool] | None = None) -> list[Hit]:
         """Non-overlapping accepted hits: leftmost span first, then longest, then the earlier pattern.
 

@@ -75,6 +75,8 @@ class Sanitizer:
         self.policy = policy
         self.report = report if report is not None else SanitizeReport()
         self.budget = policy.max_result_bytes
+        # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
+        self._patterns = True
 
     # -- strings ---------------------------------------------------------------------------------------------
 
@@ -85,18 +87,31 @@ class Sanitizer:
         if cleaned.counts:
             self.report.add(cleaned.counts, where)
             self.report.add(self.policy.detector.hidden(value, cleaned.counts), where)
-        text, counts = self.policy.redactor.redact(text)
-        if counts:
-            self.report.add(counts, where)
-        text, counts = self.policy.detector.apply(text, self.policy.injection)
-        if counts:
-            self.report.add(counts, where)
+        if self._patterns:
+            text, counts = self.policy.redactor.redact(text)
+            if counts:
+                self.report.add(counts, where)
+            text, counts = self.policy.detector.apply(text, self.policy.injection)
+            if counts:
+                self.report.add(counts, where)
         if limit is not None:
             text, omitted = truncate_utf8(text, limit)
             if omitted:
                 self.report.bump("truncated", where)
                 text += truncation_marker(omitted)
         return text
+
+    def json_tree(self, value: Any) -> Any:
+        """``json_value`` with one RE2 pass over all strings first, so a clean tree of many small strings does
+        not pay two pattern-set scans per string. A match spanning two strings only costs the per-string path."""
+        strings: list[str] = []
+        _collect(value, strings, 0)
+        joined = "\n\x00\n".join(strings)
+        self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+        try:
+            return self.json_value(value)
+        finally:
+            self._patterns = True
 
     def json_value(self, value: Any, depth: int = 0) -> Any:
         """Every string leaf and key of a JSON value; the same object back when nothing changed."""
@@ -197,7 +212,7 @@ class Sanitizer:
                 if isinstance(parsed, dict | list):
                     # JSON text hides characters as \\u escapes that only appear once a client parses it.
                     try:
-                        walked = self.json_value(parsed)
+                        walked = self.json_tree(parsed)
                     except _TooDeep:
                         walked = parsed
                     else:
@@ -244,7 +259,7 @@ def sanitize_result(result: Mapping[str, Any], policy: EffectiveSanitizePolicy) 
     new_sc = original_sc
     if has_sc:
         try:
-            new_sc = walker.json_value(original_sc)
+            new_sc = walker.json_tree(original_sc)
         except _TooDeep:
             walker.report.withheld = f"result withheld: structured output nested deeper than {MAX_DEPTH} levels"
             return out, walker.report
@@ -296,9 +311,24 @@ def sanitize_notification(method: str, params: Mapping[str, Any],
     return out, walker.report
 
 
+def _collect(value: Any, out: list[str], depth: int) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif depth > MAX_DEPTH:
+        return
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                out.append(key)
+            _collect(item, out, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _collect(item, out, depth + 1)
+
+
 def _safe_json(walker: Sanitizer, value: Any) -> Any:
     try:
-        return walker.json_value(value)
+        return walker.json_tree(value)
     except _TooDeep:
         walker.report.bump("oversized")
         return "[bastion: data removed: nested too deeply]"

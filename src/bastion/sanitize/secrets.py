@@ -166,6 +166,9 @@ class Redactor:
         """Rules running on Python ``re`` because RE2 cannot compile them."""
         return self._set.fallback_count
 
+    def may_match(self, text: str) -> bool:
+        return bool(self._ids) and self._set.may_match(text)
+
     def redact(self, text: str) -> tuple[str, Mapping[str, int]]:
         """``text`` with every secret replaced by ``[REDACTED:<rule-id>]``, and counts keyed ``secret:<rule-id>``."""
         if not self._ids:
