@@ -1,0 +1,95 @@
+"""Validation cost per call, for a small and a large schema, valid and invalid arguments.
+
+    python bench/bench_validation.py [--seconds 1.0]
+
+Prints compile time per schema and, per case, validations per second and microseconds per validation (the full
+path a call takes through ``CompiledSchema.validate``: size/depth measure, RE2 patterns, step budget, report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from bastion.validation import SchemaLimits, compile_tool
+
+SMALL = {"type": "object", "required": ["path"], "additionalProperties": False,
+         "properties": {"path": {"type": "string", "maxLength": 4096}, "count": {"type": "integer", "maximum": 10}}}
+
+
+def large_schema() -> dict[str, Any]:
+    item = {"type": "object", "required": ["id", "name"], "additionalProperties": False,
+            "properties": {"id": {"type": "string", "format": "uuid"},
+                           "name": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9 _-]{0,63}$"},
+                           "email": {"type": "string", "format": "email"},
+                           "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}, "maxItems": 10},
+                           "kind": {"enum": ["user", "group", "service"]},
+                           "limits": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}}}
+    properties: dict[str, Any] = {f"field_{i}": {"type": ["string", "null"], "maxLength": 256} for i in range(40)}
+    properties["items"] = {"type": "array", "items": {"$ref": "#/$defs/item"}, "maxItems": 500}
+    properties["mode"] = {"oneOf": [{"const": "fast"}, {"const": "safe"}, {"type": "integer", "minimum": 1}]}
+    return {"type": "object", "required": ["items"], "properties": properties,
+            "$defs": {"tag": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,31}$"}, "item": item}}
+
+
+def large_arguments(items: int) -> dict[str, Any]:
+    arguments: dict[str, Any] = {f"field_{i}": f"value {i}" for i in range(40)}
+    arguments["mode"] = "safe"
+    arguments["items"] = [{"id": "12345678-1234-5678-1234-567812345678", "name": f"Entry {n}",
+                           "email": "a@example.org", "tags": ["alpha", "beta-2"], "kind": "user",
+                           "limits": {"calls": 10, "bytes": 1000}} for n in range(items)]
+    return arguments
+
+
+def timed(fn: Callable[[], object], seconds: float) -> tuple[float, float]:
+    count = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while True:
+        for _ in range(10):
+            fn()
+        count += 10
+        now = time.perf_counter()
+        if now >= deadline:
+            elapsed = now - start
+            return count / elapsed, elapsed / count * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=1.0)
+    args = parser.parse_args()
+    limits = SchemaLimits()
+    large = large_schema()
+    for name, schema in (("small", SMALL), ("large", large)):
+        ops, us = timed(lambda schema=schema: compile_tool({"inputSchema": schema}, limits), args.seconds)
+        print(f"compile {name:<5} schema: {us:10.1f} µs per compile")
+    small_v = compile_tool({"inputSchema": SMALL}, limits).input
+    large_v = compile_tool({"inputSchema": large}, limits).input
+    one_item = large_arguments(1)
+    big_items = large_arguments(100)
+    # Baseline: stock jsonschema, no RE2, no budget, no report; what the safety costs is the difference.
+    stock = Draft202012Validator(large)
+    bad_items = large_arguments(10)
+    bad_items["items"][3]["kind"] = "robot"
+    bad_items["items"][5]["id"] = "not-a-uuid"
+    cases: list[tuple[str, Callable[[], object]]] = [
+        ("small schema, valid", lambda: small_v.validate({"path": "/tmp/x", "count": 3})),
+        ("small schema, invalid", lambda: small_v.validate({"count": 30, "extra": True})),
+        ("large schema, 1 item", lambda: large_v.validate(one_item)),
+        ("large schema, 100 items", lambda: large_v.validate(big_items)),
+        ("stock jsonschema, 100 items", lambda: list(stock.iter_errors(big_items))),
+        ("large schema, 10 items, invalid", lambda: large_v.validate(bad_items)),
+    ]
+    for label, fn in cases:
+        assert fn() is not None
+        ops, us = timed(fn, args.seconds)
+        print(f"{label:<34} {ops:12,.0f} ops/s {us:10.1f} µs/validation")
+
+
+if __name__ == "__main__":
+    main()
