@@ -194,3 +194,14 @@ def test_compiled_validators_ignore_later_changes_to_the_definition() -> None:
     validators = compile_tool({"inputSchema": schema}, LIMITS)
     schema["properties"]["n"]["type"] = "string"
     assert validators.input.validate({"n": 1}).ok
+
+
+def test_unique_items_is_linear_and_keeps_json_equality() -> None:
+    validators = compile_tool({"inputSchema": {"type": "array", "uniqueItems": True}}, LIMITS)
+    distinct = [{"n": i, "tags": [i, "x"]} for i in range(20_000)]
+    assert validators.input.validate(distinct).ok
+    assert validators.input.validate([*distinct, {"tags": [5, "x"], "n": 5}]).violations == (
+        "$: must not contain duplicate items",)
+    assert not validators.input.validate([1, 1.0]).ok
+    assert validators.input.validate([1, True]).ok
+    assert validators.input.validate([0, False, None, "0", [0], {"0": 0}]).ok

@@ -2,7 +2,8 @@
 
 Each supported dialect gets a validator class (built once, at import) that differs from jsonschema's in three ways:
 
-- ``pattern``, ``patternProperties`` and ``additionalProperties`` match with RE2 (linear time) instead of ``re``;
+- ``pattern``, ``patternProperties`` and ``additionalProperties`` match with RE2 (linear time) instead of ``re``,
+  and ``uniqueItems`` hashes instead of comparing pairs;
 - every keyword spends one step of a per-validation budget, so composition or recursive ``$ref`` blow-ups stop;
 - ``format`` uses the cheap checker of ``formats.py``.
 
@@ -114,6 +115,35 @@ def _properties(validator: Any, properties: Any, instance: Any, schema: Any) -> 
             yield from validator.descend(instance[name], subschema, path=name, schema_path=name)
 
 
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    # jsonschema compares unsortable items (objects) pairwise: quadratic in the array's length. Hashing a
+    # canonical form keeps it linear.
+    if unique is True and validator.is_type(instance, "array"):
+        seen: set[Any] = set()
+        for item in instance:
+            key = _canonical(item)
+            if key in seen:
+                yield ValidationError("has non-unique elements")
+                return
+            seen.add(key)
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable form under which two JSON values are equal exactly when JSON Schema says they are
+    (1 == 1.0, true != 1, object key order does not matter). Recursion is bounded by the argument depth limit."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(item) for item in value))
+    if isinstance(value, Mapping):
+        return ("object", frozenset((key, _canonical(item)) for key, item in value.items()))
+    return ("other", repr(value))
+
+
 def additional_keys(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
     """Keys of ``instance`` that neither ``properties`` nor ``patternProperties`` of ``schema`` cover, in order."""
     properties = schema.get("properties", {})
@@ -142,6 +172,7 @@ _RE2_KEYWORDS: dict[str, Keyword] = {
     "properties": _properties,
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
+    "uniqueItems": _unique_items,
 }
 
 FORMAT_CHECKER = build_format_checker()
