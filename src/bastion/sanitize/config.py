@@ -122,7 +122,7 @@ class SanitizeConfig:
                 tpath = f"{upath}.tools.{tool}"
                 tools[(str(name), str(tool))] = compiler.level(_check_keys(tsection, _LEVEL_KEYS, tpath), tpath,
                                                               upstream)
-        fallback = default.redactor.fallback_count
+        fallback = max(p.redactor.fallback_count for p in (default, *upstreams.values(), *tools.values()))
         if fallback:
             log.warning("sanitize_rules_not_linear", count=fallback,
                         detail="some secret rules use syntax RE2 lacks and run on Python re (no ReDoS guarantee)")
