@@ -8,6 +8,7 @@ then closes upstreams (stdio children get stdin EOF, SIGTERM, SIGKILL) and flush
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 import structlog
+from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -30,8 +32,14 @@ from bastion.auth.config import AuthConfig
 from bastion.gateway import Gateway
 from bastion.metrics import Metrics
 from bastion.pipeline import Pipeline, RequestGuard, ResponseGuard
+from bastion.policy import load_policies
+from bastion.policy.guard import PolicyAccess, PolicyGuard, PolicyHolder
+from bastion.policy.watch import PolicyWatcher
 from bastion.pool import Member, UpstreamPool
 from bastion.principal import Principal
+from bastion.quarantine import QuarantineGuard
+from bastion.ratelimit import LimiterEvent, RateLimitConfig, build_limiter
+from bastion.ratelimit.guard import RateLimitGuard
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.sessions import MemorySessionStore, SessionData
@@ -67,12 +75,46 @@ def create_app(settings: Settings) -> Starlette:
     audit_log = build_audit_log(audit_cfg, redis_client, on_sink_failure=metrics.audit_sink_failed)
     auditor = CallAuditor(audit_log, metrics=metrics)
 
-    request_guards: list[RequestGuard] = []
-    response_guards: list[ResponseGuard] = []
-    pipeline = Pipeline(request_guards, response_guards, auditor)
+    holder: PolicyHolder | None = None
+    watcher: PolicyWatcher | None = None
+    if settings.policies:
+        # Fail hard at start-up: a gateway must never serve with a policy it could not read.
+        holder = PolicyHolder(load_policies(settings.policies))
+        watcher = PolicyWatcher(settings.policies, holder.swap, initial=holder.current)
+        log.info("policy.loaded", version=holder.current.version, files=list(holder.current.files))
+    else:
+        log.warning("policy.disabled", detail="no 'policies' configured: every authenticated principal may call "
+                    "every tool")
 
+    # The tools/call pipeline. Order matters, and each position has its reason:
+    # - quarantine first: a tool bastion refuses (hostile schema, unapproved definition change) is unknown to
+    #   everyone, whatever the policy says; it costs a dict lookup.
+    # - policy next: unauthorised callers never touch Redis, the validators or the upstream.
+    # - rate limit after policy: only authorised attempts count, and it counts every one of them, so argument
+    #   probing against the schema is limited too.
+    # - input schema last before the forward: invalid arguments never reach the upstream.
+    # After the forward: output schema first (nothing may trust output before it is validated), sanitize last
+    # (nothing after it can reintroduce what it removed).
     store = MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions)
-    gateway = Gateway(settings, store=store, pipeline=pipeline)
+    gateway = Gateway(settings, store=store, access=PolicyAccess(holder) if holder is not None else None)
+    limits_cfg: RateLimitConfig = settings.section("rate_limits")
+    # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
+    # be wrong for sessions or audit streams.
+    limiter_redis = aioredis.Redis.from_url(settings.redis_url, **limits_cfg.redis_client_kwargs()) \
+        if settings.redis_url else None
+
+    def on_limiter_event(event: LimiterEvent, limit: str | None) -> None:
+        if event in ("redis_unavailable", "redis_recovered"):
+            metrics.set_limiter_redis_up(event == "redis_recovered")
+
+    limiter = build_limiter(limits_cfg, limiter_redis, on_event=on_limiter_event)
+
+    request_guards: list[RequestGuard] = [QuarantineGuard(lambda: gateway.view.quarantined)]
+    if holder is not None:
+        request_guards.append(PolicyGuard(holder))
+    request_guards.append(RateLimitGuard(limiter, limits_cfg))
+    response_guards: list[ResponseGuard] = []
+    gateway.pipeline = Pipeline(request_guards, response_guards, auditor)
 
     members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix, timeout_s=min(cfg.timeout, cfg.max_timeout))
                for cfg in settings.upstreams]
@@ -104,11 +146,15 @@ def create_app(settings: Settings) -> Starlette:
     async def readyz(request: Request) -> Response:
         checks: dict[str, Any] = {"upstreams": pool.health()}
         ok = any(pool.health().values())
+        if watcher is not None:
+            # The last good policy stays in force after a broken edit, so readiness holds; the status shows it.
+            checks["policy"] = watcher.status
         if redis_client is not None:
             try:
-                await redis_client.ping()
+                async with asyncio.timeout(1.0):
+                    await redis_client.ping()
                 checks["redis"] = True
-            except Exception:  # noqa: BLE001 - any failure means "not ready", reported in the body
+            except (TimeoutError, RedisError, OSError):
                 checks["redis"] = False
                 ok = False
         return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks},
@@ -136,13 +182,21 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        tasks = []
+        if watcher is not None:
+            tasks.append(asyncio.create_task(watcher.run(), name="bastion-policy-watcher"))
         await pool.start()
-        log.info("bastion.ready", listen=f"http://{settings.listen.host}:{settings.listen.port}{settings.listen.path}",
-                 upstreams=pool.health(), tools=len(gateway.view.catalogue.tools))
+        log.info("bastion.ready", path=settings.listen.path, upstreams=pool.health(),
+                 tools=len(gateway.view.catalogue.tools))
         try:
             yield
         finally:
+            for task in tasks:
+                task.cancel()
             await pool.close()
+            await limiter.aclose()
+            if limiter_redis is not None:
+                await limiter_redis.aclose()
             for closer in components.closers:
                 with contextlib.suppress(Exception):
                     await closer.close()

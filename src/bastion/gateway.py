@@ -77,12 +77,12 @@ ChangeListener = Callable[[list[str]], Awaitable[None]]
 
 
 class Gateway:
-    def __init__(self, settings: Settings, *, store: SessionStore, pipeline: Pipeline,
-                 access: AccessControl | None = None) -> None:
+    def __init__(self, settings: Settings, *, store: SessionStore, access: AccessControl | None = None) -> None:
         self.settings = settings
         self.store = store
         self.live = LiveSessions()
-        self.pipeline = pipeline
+        # Assigned by the app once the guards exist (some guards read this gateway's view).
+        self.pipeline: Pipeline
         self.access: AccessControl = access or AllowAll()
         self.view = View()
         self.pool: UpstreamPool | None = None

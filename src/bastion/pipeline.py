@@ -25,7 +25,7 @@ from bastion.tool import ToolEntry
 
 Era = Literal["legacy", "modern"]
 # Stages are the guards' names plus these; kept as plain strings so a new guard needs no edit here.
-STAGES = ("resolve", "pinning", "policy", "ratelimit", "input_schema", "forward", "output_schema", "sanitize",
+STAGES = ("resolve", "quarantine", "policy", "ratelimit", "input_schema", "forward", "output_schema", "sanitize",
           "complete")
 
 
@@ -92,7 +92,7 @@ Outcome = Literal["allowed", "denied", "rate_limited", "invalid_input", "invalid
 
 # Which outcome a stop at each stage means when the stopping error does not say more.
 _STAGE_OUTCOME: dict[str, Outcome] = {
-    "resolve": "denied", "pinning": "denied", "policy": "denied", "ratelimit": "rate_limited",
+    "resolve": "denied", "quarantine": "denied", "policy": "denied", "ratelimit": "rate_limited",
     "input_schema": "invalid_input", "forward": "upstream_error", "output_schema": "invalid_output",
     "sanitize": "denied",
 }
@@ -102,7 +102,8 @@ class AuditHook(Protocol):
     """Writes the one audit record of a call. May raise ``AuditUnavailable`` when audit is required."""
 
     async def __call__(self, ctx: CallContext, record: CallRecord, outcome: Outcome,
-                       result: dict[str, Any] | None, total_ms: float) -> None: ...
+                       result: dict[str, Any] | None, total_ms: float, *,
+                       error: BaseException | None = None) -> None: ...
 
 
 Forward = Callable[[CallContext, CallRecord], Awaitable[dict[str, Any]]]
@@ -160,7 +161,7 @@ class Pipeline:
             record.extra["upstream_is_error"] = True
         # Audit before answering: with audit.required the hook raises and the caller gets an error instead of
         # a result that was never recorded.
-        await self.audit(ctx, record, outcome, result, (time.perf_counter() - started) * 1000)
+        await self.audit(ctx, record, outcome, result, (time.perf_counter() - started) * 1000, error=failure)
         if failure is not None:
             raise failure
         assert result is not None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from bastion.audit.config import AuditConfig
 from bastion.auth.config import AuthConfig
+from bastion.ratelimit.config import RateLimitConfig
 
 if TYPE_CHECKING:
     from bastion.settings import _Partial
@@ -25,7 +26,12 @@ def _audit(data: Any, core: _Partial) -> AuditConfig:
     return AuditConfig.from_mapping(data, "audit")
 
 
+def _rate_limits(data: Any, core: _Partial) -> RateLimitConfig:
+    return RateLimitConfig.from_mapping(data, "rate_limits")
+
+
 SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType({
     "auth": _auth,
     "audit": _audit,
+    "rate_limits": _rate_limits,
 })

@@ -1,0 +1,68 @@
+"""The policy as the gateway uses it: the ``policy`` request guard and list filtering, from one decision.
+
+Both read the current ``PolicySet`` through one holder that the watcher swaps atomically, so a reload takes
+effect for lists and calls at the same instant and the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+from bastion.errors import UnknownTool
+from bastion.pipeline import CallContext, CallRecord
+from bastion.policy.decide import PolicySet
+from bastion.principal import Principal
+from bastion.tool import ToolEntry
+
+
+class PolicyHolder:
+    """The policy in force. Replaced whole; readers take one reference per request."""
+
+    def __init__(self, initial: PolicySet) -> None:
+        self.current = initial
+
+    def swap(self, new: PolicySet) -> None:
+        self.current = new
+
+
+class PolicyAccess:
+    """``AccessControl`` backed by the policy: lists show exactly what the caller may call."""
+
+    # A policy can make lists differ per caller, so modern clients are told their lists are private.
+    per_principal = True
+
+    def __init__(self, holder: PolicyHolder) -> None:
+        self._holder = holder
+
+    def tool_visible(self, principal: Principal, entry: ToolEntry) -> bool:
+        return self._holder.current.visible(principal, entry)
+
+    def prompt_visible(self, principal: Principal, upstream: str, public_name: str) -> bool:
+        return self._holder.current.decide_prompt(principal, upstream, public_name).allowed
+
+    def resource_visible(self, principal: Principal, upstream: str, uri: str) -> bool:
+        return self._holder.current.decide_resource(principal, upstream, uri).allowed
+
+
+class PolicyGuard:
+    """Decides the call and hands the limits of the allowing rules to the rate-limit guard.
+
+    A denied call is answered exactly like an unknown tool, so a caller cannot map what exists behind the
+    gateway; the audit record keeps the deciding rule.
+    """
+
+    name = "policy"
+
+    def __init__(self, holder: PolicyHolder) -> None:
+        self._holder = holder
+
+    async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
+        decision = self._holder.current.decide(ctx.principal, ctx.tool, ctx.arguments)
+        record.rule_id = decision.rule_id
+        record.reason = decision.reason
+        record.shadow = list(decision.shadow_denies)
+        if not decision.allowed:
+            raise UnknownTool(ctx.tool.public_name, log_detail=decision.reason)
+        record.limits = tuple(decision.limits)
+        record.concurrency = tuple(decision.concurrency)
+        record.cost = decision.cost
