@@ -45,6 +45,11 @@ from bastion.server.http import McpEndpoint
 from bastion.server.sessions import MemorySessionStore, SessionData
 from bastion.settings import Settings
 from bastion.upstream.config import build_upstream
+from bastion.sanitize.config import SanitizeConfig
+from bastion.sanitize.guard import SanitizeGuard
+from bastion.sanitize.result import sanitize_error, sanitize_notification
+from bastion.validation import InputSchemaGuard, OutputSchemaGuard, ValidationConfig
+from bastion.views import CompileSchemas, SanitizeDefinitions, validators_for
 
 log = structlog.get_logger("bastion.app")
 
@@ -113,11 +118,29 @@ def create_app(settings: Settings) -> Starlette:
     if holder is not None:
         request_guards.append(PolicyGuard(holder))
     request_guards.append(RateLimitGuard(limiter, limits_cfg))
-    response_guards: list[ResponseGuard] = []
+    validation_cfg: ValidationConfig = settings.section("validation")
+    lookup = validators_for(lambda: gateway.view)
+    request_guards.append(InputSchemaGuard(lookup))
+    sanitize_cfg: SanitizeConfig = settings.section("sanitize")
+    response_guards: list[ResponseGuard] = [OutputSchemaGuard(lookup, validation_cfg.mode_for_tool),
+                                            SanitizeGuard(sanitize_cfg)]
+    # Schemas compile from what the upstream sent; definitions are sanitized for clients after that.
+    gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics), SanitizeDefinitions(sanitize_cfg)])
+
+    def clean_notification(upstream: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        policy = sanitize_cfg.for_upstream(upstream)
+        return sanitize_notification(method, params, policy)[0] if policy.enabled else params
+
+    def clean_error(upstream: str, error: dict[str, Any]) -> dict[str, Any]:
+        policy = sanitize_cfg.for_upstream(upstream)
+        return sanitize_error(error, policy)[0] if policy.enabled else error
+
+    gateway.clean_notification = clean_notification
+    gateway.clean_error = clean_error
     gateway.pipeline = Pipeline(request_guards, response_guards, auditor)
 
-    members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix, timeout_s=min(cfg.timeout, cfg.max_timeout))
-               for cfg in settings.upstreams]
+    members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix,
+                      timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
     pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s)
     gateway.pool = pool
     metrics.declare_upstreams([m.upstream.name for m in members])

@@ -74,6 +74,15 @@ class Catalogue:
     def prompt(self, public_name: str) -> PromptEntry | None:
         return self._prompts_by_name.get(public_name)
 
+    def replaced(self, *, tools: Sequence[ToolEntry], prompts: Sequence[PromptEntry],
+                 resources: Sequence[tuple[str, Mapping[str, Any]]],
+                 templates: Sequence[tuple[str, Mapping[str, Any]]]) -> Catalogue:
+        """The same catalogue version with rewritten entries (same names, same order), indexes rebuilt."""
+        return Catalogue(tools=tuple(tools), prompts=tuple(prompts), resources=tuple(resources),
+                         templates=tuple(templates), prefixes=self.prefixes, dropped=self.dropped,
+                         version=self.version, _by_name={t.public_name: t for t in tools},
+                         _prompts_by_name={p.public_name: p for p in prompts})
+
 
 def public_name(prefix: str | None, name: str, separator: str) -> str:
     return f"{prefix}{separator}{name}" if prefix else name

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import structlog
 
 from bastion import catalogue as cat
-from bastion.errors import UpstreamUnavailable
+from bastion.errors import UpstreamRpcError, UpstreamUnavailable
 from bastion.pipeline import CallContext, CallRecord, Era, Pipeline
 from bastion.pool import UpstreamPool
 from bastion.principal import Principal
@@ -88,9 +88,11 @@ class Gateway:
         self.pool: UpstreamPool | None = None
         self.view_steps: list[ViewStep] = []
         self.change_listeners: list[ChangeListener] = []
-        # Cleans upstream text on its way to clients outside tool results (progress and log messages); the
-        # sanitizer replaces this identity when it is enabled.
-        self.clean_notification: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda method, params: params
+        # Clean upstream text on its way to clients outside tool results (progress and log messages, error
+        # messages); the sanitizer replaces these identities. Arguments: upstream name, then the payload.
+        self.clean_notification: Callable[[str, str, dict[str, Any]], dict[str, Any]] = \
+            lambda upstream, method, params: params
+        self.clean_error: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda upstream, error: error
         self.client_request_timeout = 300.0
         self._rebuild_lock = asyncio.Lock()
 
@@ -100,7 +102,15 @@ class Gateway:
         if self.pool is None:
             raise UpstreamUnavailable(upstream)
         member = self.pool.member(upstream)
-        return await member.upstream.request(method, params, timeout=member.timeout_s, on_message=on_message)
+        try:
+            return await member.upstream.request(method, params, timeout=member.timeout_s, on_message=on_message)
+        except UpstreamRpcError as exc:
+            # An upstream's error message reaches the client (and the model): it is upstream text like any other.
+            err = self.clean_error(upstream, exc.to_error())
+            data = err.get("data")
+            raise UpstreamRpcError(exc.code, str(err.get("message", "")),
+                                   data=data if isinstance(data, dict) else None,
+                                   log_detail=exc.log_detail) from None
 
     async def audit_unknown_tool(self, principal: Principal, name: str, arguments: dict[str, Any], *,
                                  era: Era, session_id: str | None, client_info: Mapping[str, Any] | None) -> None:

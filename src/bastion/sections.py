@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from bastion.audit.config import AuditConfig
 from bastion.auth.config import AuthConfig
 from bastion.ratelimit.config import RateLimitConfig
+from bastion.sanitize.config import SanitizeConfig
+from bastion.validation import ValidationConfig
 
 if TYPE_CHECKING:
     from bastion.settings import _Partial
@@ -30,8 +32,18 @@ def _rate_limits(data: Any, core: _Partial) -> RateLimitConfig:
     return RateLimitConfig.from_mapping(data, "rate_limits")
 
 
+def _validation(data: Any, core: _Partial) -> ValidationConfig:
+    return ValidationConfig.from_mapping(data or {}, "validation")
+
+
+def _sanitize(data: Any, core: _Partial) -> SanitizeConfig:
+    return SanitizeConfig.from_mapping(data, "sanitize")
+
+
 SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType({
     "auth": _auth,
     "audit": _audit,
     "rate_limits": _rate_limits,
+    "validation": _validation,
+    "sanitize": _sanitize,
 })

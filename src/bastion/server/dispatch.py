@@ -178,21 +178,21 @@ class Dispatcher:
             if out_meta:
                 fwd["_meta"] = out_meta
             result = await self.gw.forward(entry.upstream, "tools/call", fwd,
-                                           on_message=self._relay(scope, progress_token))
+                                           on_message=self._relay(scope, entry.upstream, progress_token))
             return _map_result_uris(result, self.gw.upstream_of(entry.upstream).prefix)
 
         return await self.gw.pipeline.run(ctx, forward)
 
-    def _relay(self, scope: Scope, progress_token: Any) -> Callable[[str, Mapping[str, Any]],
-                                                                      Awaitable[Mapping[str, Any] | None]]:
+    def _relay(self, scope: Scope, upstream: str, progress_token: Any) -> Callable[
+            [str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]:
         async def on_message(method: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
             if method == "notifications/progress":
                 if progress_token is not None:
-                    await scope.emitter.notify(method, self.gw.clean_notification(method, dict(params)))
+                    await scope.emitter.notify(method, self.gw.clean_notification(upstream, method, dict(params)))
                 return None
             if method == "notifications/message":
                 if _level_allows(scope.log_level, params.get("level"), scope.era):
-                    await scope.emitter.notify(method, self.gw.clean_notification(method, dict(params)))
+                    await scope.emitter.notify(method, self.gw.clean_notification(upstream, method, dict(params)))
                 return None
             capability = CLIENT_REQUESTS.get(method)
             if capability is not None:
