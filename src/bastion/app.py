@@ -31,6 +31,7 @@ from bastion.auth import build_authenticator, metadata_paths, protected_resource
 from bastion.auth.config import AuthConfig
 from bastion.gateway import Gateway
 from bastion.metrics import Metrics
+from bastion.pinning import Pinning, PinningConfig, open_store
 from bastion.pipeline import Pipeline, RequestGuard, ResponseGuard
 from bastion.policy import load_policies
 from bastion.policy.guard import PolicyAccess, PolicyGuard, PolicyHolder
@@ -40,16 +41,16 @@ from bastion.principal import Principal
 from bastion.quarantine import QuarantineGuard
 from bastion.ratelimit import LimiterEvent, RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard
+from bastion.sanitize.config import SanitizeConfig
+from bastion.sanitize.guard import SanitizeGuard
+from bastion.sanitize.result import sanitize_error, sanitize_notification
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.sessions import MemorySessionStore, SessionData
 from bastion.settings import Settings
 from bastion.upstream.config import build_upstream
-from bastion.sanitize.config import SanitizeConfig
-from bastion.sanitize.guard import SanitizeGuard
-from bastion.sanitize.result import sanitize_error, sanitize_notification
 from bastion.validation import InputSchemaGuard, OutputSchemaGuard, ValidationConfig
-from bastion.views import CompileSchemas, SanitizeDefinitions, validators_for
+from bastion.views import CompileSchemas, PinTools, SanitizeDefinitions, validators_for
 
 log = structlog.get_logger("bastion.app")
 
@@ -126,6 +127,9 @@ def create_app(settings: Settings) -> Starlette:
                                             SanitizeGuard(sanitize_cfg)]
     # Schemas compile from what the upstream sent; definitions are sanitized for clients after that.
     gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics), SanitizeDefinitions(sanitize_cfg)])
+    pinning_cfg: PinningConfig = settings.section("pinning")
+    if pinning_cfg.enabled:
+        gateway.view_steps.append(PinTools(Pinning(open_store(pinning_cfg, redis_client), pinning_cfg), audit_log))
 
     def clean_notification(upstream: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
         policy = sanitize_cfg.for_upstream(upstream)
@@ -141,7 +145,8 @@ def create_app(settings: Settings) -> Starlette:
 
     members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
-    pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s)
+    pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
+                        refresh_interval_s=settings.catalogue.refresh_interval_s or None)
     gateway.pool = pool
     metrics.declare_upstreams([m.upstream.name for m in members])
 

@@ -40,12 +40,13 @@ class Member:
 
 class UpstreamPool:
     def __init__(self, members: Sequence[Member], on_change: ChangeHandler, *, debounce_s: float = 0.2,
-                 retry_max_s: float = 30.0) -> None:
+                 retry_max_s: float = 30.0, refresh_interval_s: float | None = None) -> None:
         self._members = {m.upstream.name: m for m in members}
         self._order = [m.upstream.name for m in members]
         self._on_change = on_change
         self._debounce_s = debounce_s
         self._retry_max_s = retry_max_s
+        self._interval = refresh_interval_s
         self._lists: dict[str, UpstreamLists] = {}
         self._up: dict[str, bool] = dict.fromkeys(self._order, False)
         self._dirty: set[str] = set()
@@ -117,7 +118,12 @@ class UpstreamPool:
 
     async def _refresher(self) -> None:
         while True:
-            await self._wake.wait()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._interval)
+            except TimeoutError:
+                # Periodic refresh: catches silent definition changes (no list_changed) and applies pin approvals
+                # made on another replica or from the CLI.
+                self._dirty.update(name for name in self._order if self._up[name])
             # Debounce: a burst of list_changed notifications (an upstream adding ten tools) costs one refresh.
             await asyncio.sleep(self._debounce_s)
             self._wake.clear()

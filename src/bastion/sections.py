@@ -7,11 +7,13 @@ value (``None`` when absent) and what the core already parsed (listen address, c
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from bastion.audit.config import AuditConfig
 from bastion.auth.config import AuthConfig
+from bastion.pinning import PinningConfig
 from bastion.ratelimit.config import RateLimitConfig
 from bastion.sanitize.config import SanitizeConfig
 from bastion.validation import ValidationConfig
@@ -40,10 +42,17 @@ def _sanitize(data: Any, core: _Partial) -> SanitizeConfig:
     return SanitizeConfig.from_mapping(data, "sanitize")
 
 
+def _pinning(data: Any, core: _Partial) -> PinningConfig:
+    cfg = PinningConfig.from_mapping(data, "pinning")
+    cfg.store_kind(have_redis=core.redis_url is not None)  # store: redis without redis.url is a config error
+    return replace(cfg, file=core.base_dir / cfg.file)
+
+
 SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType({
     "auth": _auth,
     "audit": _audit,
     "rate_limits": _rate_limits,
     "validation": _validation,
     "sanitize": _sanitize,
+    "pinning": _pinning,
 })

@@ -44,6 +44,7 @@ class CatalogueConfig:
     separator: str = "__"
     on_collision: Literal["first", "reject"] = "first"
     refresh_debounce_s: float = 0.2
+    refresh_interval_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +189,7 @@ def _listen(data: Mapping[str, Any]) -> ListenConfig:
 
 
 def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
-    check_keys(data, {"page_size", "separator", "on_collision", "refresh_debounce"}, "catalogue")
+    check_keys(data, {"page_size", "separator", "on_collision", "refresh_debounce", "refresh_interval"}, "catalogue")
     on_collision = data.get("on_collision", "first")
     if on_collision not in ("first", "reject"):
         raise ConfigError("must be 'first' or 'reject'", path="catalogue.on_collision")
@@ -201,6 +202,7 @@ def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
         separator=separator,
         on_collision=on_collision,
         refresh_debounce_s=parse_duration(data.get("refresh_debounce", 0.2), "catalogue.refresh_debounce"),
+        refresh_interval_s=parse_duration(data.get("refresh_interval", 60), "catalogue.refresh_interval"),
     )
 
 

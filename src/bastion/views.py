@@ -7,15 +7,19 @@ anything a step already decided.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Literal
 
 import structlog
 
+from bastion.audit.log import AuditLog
+from bastion.audit.record import pin_drift_record
 from bastion.catalogue import PromptEntry, UpstreamLists
 from bastion.gateway import View
 from bastion.metrics import Metrics
+from bastion.pinning import Pinning
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.definitions import (
     sanitize_instructions,
@@ -119,3 +123,34 @@ def validators_for(current: Callable[[], View]) -> Callable[[ToolEntry], ToolVal
         return validators.get(entry.public_name)
 
     return lookup
+
+
+class PinTools:
+    """Trust on first use: quarantine any tool whose definition changed since it was pinned, until approved.
+
+    Fingerprints cover the definition as the upstream sent it, so a change is caught whether it was announced
+    with ``list_changed`` or slipped into a routine refresh. Drift goes to the audit log.
+    """
+
+    def __init__(self, pinning: Pinning, audit: AuditLog) -> None:
+        self._pinning = pinning
+        self._audit = audit
+
+    async def __call__(self, view: View, lists: Mapping[str, UpstreamLists]) -> View:
+        quarantined = dict(view.quarantined)
+        by_original = {(t.upstream, t.original_name): t.public_name for t in view.catalogue.tools}
+        for name, up in lists.items():
+            outcome = await self._pinning.reconcile(name, [dict(t) for t in up.tools])
+            for tool in outcome.quarantined:
+                public = by_original.get((name, tool))
+                if public is not None:
+                    quarantined[public] = "definition changed since it was pinned; awaiting approval" \
+                        if not outcome.degraded else "pin store unavailable"
+            # The pinning service logs every event itself; drift also belongs in the audit log.
+            for event in outcome.events:
+                if event.event == "pin.drift":
+                    await self._audit.emit(pin_drift_record(
+                        at=time.time(), upstream=event.upstream, tool=event.tool,
+                        pinned=event.old_fingerprint or "", observed=event.new_fingerprint,
+                        action="blocked" if event.action == "quarantined" else "warned"))
+        return replace(view, quarantined=quarantined)

@@ -60,8 +60,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory, http_fixture: HttpFixture)
 
 
 def client(gw: GatewayProcess, key: str | None) -> RpcClient:
-    c = RpcClient(gw.url, {"Authorization": f"Bearer {key}"} if key else {})
-    return c
+    return RpcClient(gw.url, {"Authorization": f"Bearer {key}"} if key else {})
 
 
 def test_missing_or_wrong_credentials_get_401_with_a_challenge(secured: GatewayProcess) -> None:

@@ -177,11 +177,12 @@ class Dispatcher:
             out_meta = {k: meta[k] for k in ("progressToken", "traceparent", "tracestate") if k in meta}
             if out_meta:
                 fwd["_meta"] = out_meta
-            result = await self.gw.forward(entry.upstream, "tools/call", fwd,
-                                           on_message=self._relay(scope, entry.upstream, progress_token))
-            return _map_result_uris(result, self.gw.upstream_of(entry.upstream).prefix)
+            return await self.gw.forward(entry.upstream, "tools/call", fwd,
+                                         on_message=self._relay(scope, entry.upstream, progress_token))
 
-        return await self.gw.pipeline.run(ctx, forward)
+        result = await self.gw.pipeline.run(ctx, forward)
+        # After the guards: they judge (and the sanitizer vets) the URIs exactly as the upstream sent them.
+        return map_result_uris(result, self.gw.upstream_of(entry.upstream).prefix)
 
     def _relay(self, scope: Scope, upstream: str, progress_token: Any) -> Callable[
             [str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]:
@@ -301,17 +302,22 @@ def _level_allows(floor: str | None, level: Any, era: Era) -> bool:
         return False
 
 
-def _map_result_uris(result: dict[str, Any], prefix: str | None) -> dict[str, Any]:
+def _routable(uri: Any) -> bool:
+    # Web URLs are links for people, not resources of this upstream: they stay as they are.
+    return isinstance(uri, str) and not uri.lower().startswith(("http://", "https://"))
+
+
+def map_result_uris(result: dict[str, Any], prefix: str | None) -> dict[str, Any]:
     """Give resource URIs inside a prefixed upstream's tool result their public form, so reads route back."""
     content = result.get("content")
     if not prefix or not isinstance(content, list):
         return result
     mapped = []
     for block in content:
-        if isinstance(block, dict) and block.get("type") == "resource_link" and isinstance(block.get("uri"), str):
+        if isinstance(block, dict) and block.get("type") == "resource_link" and _routable(block.get("uri")):
             block = {**block, "uri": cat.public_uri(prefix, block["uri"])}
         elif isinstance(block, dict) and block.get("type") == "resource" and isinstance(block.get("resource"), dict) \
-                and isinstance(block["resource"].get("uri"), str):
+                and _routable(block["resource"].get("uri")):
             block = {**block, "resource": {**block["resource"],
                                            "uri": cat.public_uri(prefix, block["resource"]["uri"])}}
         mapped.append(block)
