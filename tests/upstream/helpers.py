@@ -15,8 +15,12 @@ from tests.support.net import free_port, wait_for_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def server_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tests.fixtures.basic_server", *args]
+def server_command(*args: str, module: str = "tests.fixtures.basic_server") -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def modern_command(*args: str) -> list[str]:
+    return server_command(*args, module="tests.fixtures.modern_server")
 
 
 class Inbox:
@@ -53,6 +57,7 @@ class HttpServer:
     extra: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    module: str = "tests.fixtures.basic_server"
 
     @property
     def base(self) -> str:
@@ -60,7 +65,7 @@ class HttpServer:
 
     def start(self) -> HttpServer:
         cmd = server_command("--transport", self.transport, "--port", str(self.port), "--record", str(self.record),
-                             *self.extra)
+                             *self.extra, module=self.module)
         self.proc = subprocess.Popen(cmd, cwd=ROOT)
         wait_for_port(self.port)
         return self

@@ -9,7 +9,7 @@ import pytest
 
 from bastion.errors import ConfigError
 from bastion.upstream.config import UpstreamConfig, build_upstream, parse_duration
-from bastion.upstream.http import HttpUpstream
+from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.sse_legacy import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
 
@@ -30,6 +30,8 @@ def test_stdio_section() -> None:
     assert cfg.max_timeout == 300
     assert cfg.prefix == "files"
     assert cfg.enabled is True
+    assert cfg.era == "auto"
+    assert parse({"command": ["x"], "era": "modern"}).era == "modern"
 
 
 def test_http_section() -> None:
@@ -60,6 +62,8 @@ def test_prefix_can_be_turned_off(prefix: str | None) -> None:
     ({"command": ["x"], "timeout": "10m"}, "upstreams.files.timeout", "max_timeout"),
     ({"command": ["x"], "prefix": "Bad_Prefix"}, "upstreams.files.prefix", "prefix"),
     ({"command": ["x"], "enabled": "yes"}, "upstreams.files.enabled", "true or false"),
+    ({"command": ["x"], "era": "2026"}, "upstreams.files.era", "'auto', 'legacy' or 'modern'"),
+    ({"url": "http://a", "transport": "sse", "era": "modern"}, "upstreams.files.era", "handshake-era only"),
 ])
 def test_errors_name_the_key(data: dict[str, Any], path: str, text: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -89,5 +93,10 @@ def test_bad_durations(value: Any) -> None:
 async def test_factory_builds_each_transport() -> None:
     async with httpx.AsyncClient() as client:
         assert isinstance(build_upstream(parse({"command": ["x"]}), client), StdioUpstream)
-        assert isinstance(build_upstream(parse({"url": "http://a/mcp"}), client), HttpUpstream)
+        http = build_upstream(parse({"url": "http://a/mcp"}), client)
+        assert isinstance(http, AutoHttpUpstream)
+        assert http.era is None
+        pinned = build_upstream(parse({"url": "http://a/mcp", "era": "legacy"}), client)
+        assert isinstance(pinned, AutoHttpUpstream)
+        assert pinned.era == "legacy"
         assert isinstance(build_upstream(parse({"url": "http://a/sse", "transport": "sse"}), client), SseUpstream)

@@ -52,7 +52,8 @@ async def upstream(kind: str, record: Path, http_servers: dict[str, HttpServer]
     up: Upstream
     async with httpx.AsyncClient() as client:
         if kind == "stdio":
-            up = StdioUpstream("basic", server_command("--record", str(record), "--page-size", "3"), cwd=str(ROOT))
+            up = StdioUpstream("basic", server_command("--record", str(record), "--page-size", "3"), cwd=str(ROOT),
+                               era="legacy")
         elif kind == "sse":
             up = SseUpstream("basic", http_servers[kind].base + "/sse", {}, client)
         else:

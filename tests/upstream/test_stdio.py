@@ -26,7 +26,7 @@ def alive(pid: int) -> bool:
 
 async def test_crash_fails_in_flight_then_restarts(tmp_path: Path) -> None:
     inbox = Inbox()
-    up = StdioUpstream("basic", server_command(), cwd=str(ROOT))
+    up = StdioUpstream("basic", server_command(), cwd=str(ROOT), era="legacy")
     await up.start(inbox)
     try:
         first_pid = up.pid
@@ -44,7 +44,7 @@ async def test_crash_fails_in_flight_then_restarts(tmp_path: Path) -> None:
 
 
 async def test_close_shuts_the_child_down() -> None:
-    up = StdioUpstream("basic", server_command(), cwd=str(ROOT))
+    up = StdioUpstream("basic", server_command(), cwd=str(ROOT), era="legacy")
     await up.start(Inbox())
     pid = up.pid
     assert pid is not None
@@ -64,7 +64,7 @@ async def test_close_kills_a_server_that_ignores_eof_and_sigterm(tmp_path: Path)
         'print(\'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2024-11-05","capabilities":{},'
         '"serverInfo":{"name":"stubborn","version":"0"}}}\', flush=True)\n'
         "while True:\n    time.sleep(1)\n")
-    up = StdioUpstream("stubborn", [sys.executable, str(script)], shutdown_grace=0.3)
+    up = StdioUpstream("stubborn", [sys.executable, str(script)], shutdown_grace=0.3, era="legacy")
     info = await up.start(Inbox())
     assert info.protocol_version == "2024-11-05"
     pid = up.pid
@@ -82,7 +82,7 @@ async def test_unsupported_version_refuses_to_connect(tmp_path: Path) -> None:
         'print(\'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"1999-01-01","capabilities":{},'
         '"serverInfo":{"name":"future","version":"0"}}}\', flush=True)\n'
         "sys.stdin.readline()\n")
-    up = StdioUpstream("future", [sys.executable, str(script)])
+    up = StdioUpstream("future", [sys.executable, str(script)], era="legacy")
     with pytest.raises(UpstreamUnavailable) as info:
         await up.start(Inbox())
     assert "1999-01-01" in (info.value.log_detail or "")
@@ -108,7 +108,7 @@ async def test_child_environment_is_minimal(tmp_path: Path, monkeypatch: pytest.
         'print(\'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},'
         '"serverInfo":{"name":"env","version":"0"}}}\', flush=True)\n'
         "sys.stdin.read()\n")
-    up = StdioUpstream("env", [sys.executable, str(script)], env={"CONFIGURED": "yes"})
+    up = StdioUpstream("env", [sys.executable, str(script)], env={"CONFIGURED": "yes"}, era="legacy")
     await up.start(Inbox())
     await up.close()
     dumped = out.read_text()

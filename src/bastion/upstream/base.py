@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 UpstreamEra = Literal["legacy", "modern"]
+# What an admin configures per upstream: detect the era, or pin it.
+EraSetting = Literal["auto", "legacy", "modern"]
 
 # A message the upstream sent that relates to one in-flight request: a notification (progress, log message) or
 # a server-to-client request (sampling/createMessage, elicitation/create, roots/list). For requests the handler

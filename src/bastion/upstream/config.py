@@ -3,6 +3,7 @@
     upstreams:
       files:  {command: [python, -m, files_server], env: {ROOT: /srv}, cwd: ., timeout: 30s}
       github: {url: "https://host/mcp", headers: {Authorization: "Bearer ${GITHUB_TOKEN}"}, prefix: gh}
+      legacy: {url: "https://old/mcp", era: legacy}   # skip era detection: auto (default), legacy or modern
 
 Upstream credentials come only from here (``${VAR}`` is expanded from the environment at load time), never from
 clients, so a client's token can never reach an upstream.
@@ -19,16 +20,18 @@ from typing import Any, Literal
 import httpx
 
 from bastion.errors import ConfigError
-from bastion.upstream.base import Upstream
-from bastion.upstream.http import HttpUpstream
+from bastion.upstream.base import EraSetting, Upstream
+from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.sse_legacy import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
 
-__all__ = ["UpstreamConfig", "build_upstream", "parse_duration"]
+__all__ = ["DEFAULT_ERA", "UpstreamConfig", "build_upstream", "parse_duration"]
 
 Transport = Literal["stdio", "streamable-http", "sse"]
 
-_COMMON = {"prefix", "timeout", "max_timeout", "enabled"}
+_COMMON = {"prefix", "timeout", "max_timeout", "enabled", "era"}
+_ERAS = ("auto", "legacy", "modern")
+DEFAULT_ERA: EraSetting = "auto"
 _STDIO = _COMMON | {"command", "env", "cwd"}
 _HTTP = _COMMON | {"url", "transport", "headers"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -87,6 +90,7 @@ class UpstreamConfig:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    era: EraSetting = DEFAULT_ERA
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any], path: str = "upstreams",
@@ -122,8 +126,11 @@ class UpstreamConfig:
         enabled = data.get("enabled", True)
         if not isinstance(enabled, bool):
             raise ConfigError("expected true or false", path=f"{here}.enabled")
+        era = data.get("era", DEFAULT_ERA)
+        if era not in _ERAS:
+            raise ConfigError("era must be 'auto', 'legacy' or 'modern'", path=f"{here}.era")
         common: dict[str, Any] = {"name": name, "prefix": prefix, "timeout": timeout, "max_timeout": max_timeout,
-                                  "enabled": enabled}
+                                  "enabled": enabled, "era": era}
 
         if "command" in data:
             command = data["command"]
@@ -142,14 +149,16 @@ class UpstreamConfig:
         transport = data.get("transport", "streamable-http")
         if transport not in ("streamable-http", "sse"):
             raise ConfigError("transport must be 'streamable-http' or 'sse'", path=f"{here}.transport")
+        if transport == "sse" and era == "modern":
+            raise ConfigError("the sse transport is handshake-era only; use era 'legacy' or 'auto'", path=f"{here}.era")
         return cls(transport=transport, url=url, headers=_string_map(data.get("headers"), f"{here}.headers", env),
                    **common)
 
 
 def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient) -> Upstream:
     if cfg.transport == "stdio":
-        return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd)
+        return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd, era=cfg.era)
     assert cfg.url is not None
     if cfg.transport == "sse":
         return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client)
-    return HttpUpstream(cfg.name, cfg.url, cfg.headers, http_client)
+    return AutoHttpUpstream(cfg.name, cfg.url, cfg.headers, http_client, era=cfg.era)

@@ -42,7 +42,9 @@ log = structlog.get_logger("bastion.upstream")
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 PROGRESS = "notifications/progress"
+LOG_MESSAGE = "notifications/message"
 CANCELLED = "notifications/cancelled"
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
 
 @dataclass(slots=True, eq=False)
@@ -67,6 +69,10 @@ class RpcSession:
     def __init__(self, name: str, send: Send) -> None:
         self.name = name
         self.on_notification: NotificationHandler = _ignore
+        # Era-dependent, set by the transport once it knows the era: 2026-07-28 servers must not send requests
+        # (so none is relayed to a client), and over HTTP a request is cancelled by closing its stream instead.
+        self.accept_server_requests = True
+        self.cancel_by_notice = True
         self._send = send
         self._next_id = 0
         # Insertion order is send order, which the server-request routing rule relies on.
@@ -93,8 +99,9 @@ class RpcSession:
         self._pending[rid] = pending
         return pending
 
-    async def call(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+    async def call(self, method: str, params: Mapping[str, Any] | None, *, timeout: float | None,
                    on_message: RelatedMessageHandler | None, transmit: Transmit) -> dict[str, Any]:
+        """``timeout=None`` is for requests meant to last (a ``subscriptions/listen`` stream)."""
         pending = self.open(method, params, on_message)
         try:
             async with asyncio.timeout(timeout):
@@ -102,7 +109,7 @@ class RpcSession:
                 response = await pending.future
         except TimeoutError:
             await self.cancel(pending.id, "timeout")
-            raise UpstreamTimeout(self.name, timeout) from None
+            raise UpstreamTimeout(self.name, timeout or 0.0) from None
         except asyncio.CancelledError:
             # This task is being cancelled, so the notice goes out from a task of its own.
             self.spawn(self.cancel(pending.id, "cancelled"))
@@ -111,6 +118,10 @@ class RpcSession:
             del self._pending[pending.id]
         return self._result(response)
 
+    def forget(self, pending: Pending) -> None:
+        """Drop a request opened with ``open`` but not run through ``call`` (the HTTP era probe)."""
+        self._pending.pop(pending.id, None)
+
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
@@ -118,6 +129,8 @@ class RpcSession:
         await self._send(message)
 
     async def cancel(self, request_id: int, reason: str) -> None:
+        if not self.cancel_by_notice:
+            return
         try:
             await self.notify(CANCELLED, {"requestId": request_id, "reason": reason})
         except UpstreamUnavailable as exc:
@@ -179,7 +192,7 @@ class RpcSession:
         pending.future.set_result(message)
 
     async def _notification(self, method: str, params: dict[str, Any], related: Pending | None) -> None:
-        target = related
+        target = related if related is not None else self._subscription(params)
         if method == PROGRESS:
             token = params.get("progressToken")
             target = self._pending.get(token) if isinstance(token, int) and not isinstance(token, bool) else None
@@ -187,10 +200,19 @@ class RpcSession:
                 return
             params = {**params, "progressToken": target.client_token}
         elif method == CANCELLED:
-            task = self._serving.get(params.get("requestId"))
+            rid = params.get("requestId")
+            task = self._serving.get(rid)
             if task is not None:
                 task.cancel()
+            ours = self._pending.get(rid) if isinstance(rid, int) and not isinstance(rid, bool) else None
+            if ours is not None and not ours.future.done():
+                # A modern stdio server ends a subscription this way.
+                ours.future.set_exception(UpstreamUnavailable(self.name, log_detail=f"server cancelled {rid}"))
             return
+        if target is None and method == LOG_MESSAGE:
+            # stdio has no per-request stream: a log message during a call belongs to that call, by the same
+            # routing rule as server-to-client requests.
+            target = self._route()
         try:
             if target is not None:
                 if target.on_message is not None:
@@ -199,6 +221,14 @@ class RpcSession:
                 await self.on_notification(method, params)
         except Exception:
             log.exception("upstream.notification_handler_failed", upstream=self.name, method=method)
+
+    def _subscription(self, params: Mapping[str, Any]) -> Pending | None:
+        """The ``subscriptions/listen`` request a stdio notification belongs to, by its subscription id."""
+        meta = params.get("_meta")
+        sid = meta.get(SUBSCRIPTION_ID) if isinstance(meta, Mapping) else None
+        if isinstance(sid, int) and not isinstance(sid, bool):
+            return self._pending.get(sid)
+        return None
 
     def _route(self) -> Pending | None:
         for pending in reversed(self._pending.values()):
@@ -212,6 +242,9 @@ class RpcSession:
         try:
             if method == "ping":
                 response["result"] = {}
+            elif not self.accept_server_requests:
+                log.warning("upstream.server_request_refused", upstream=self.name, method=method)
+                raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
             elif target is None or target.on_message is None:
                 raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
             else:
@@ -237,8 +270,13 @@ class RpcSession:
         return task
 
     async def aclose(self) -> None:
+        futures = [p.future for p in self._pending.values()]
         self.fail_all("upstream closed")
         tasks = list(self._background)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for future in futures:
+            # Their awaiting tasks may have been cancelled above; mark the failures seen so asyncio does not warn.
+            if future.done() and not future.cancelled():
+                future.exception()

@@ -4,6 +4,11 @@ The child gets a minimal environment (``INHERITED_ENV`` plus its configured ``en
 never leak into servers that do not need them. Its stderr is the server's log and goes into ours. When the
 child dies, requests in flight fail with ``UpstreamUnavailable`` and the supervisor restarts it; a restarted
 server may have a different tool list, so the restart is announced as ``notifications/tools/list_changed``.
+
+Era (``era="auto"``): each new process is probed with ``server/discover``. A ``DiscoverResult`` makes it a
+2026-07-28 server (per-request ``_meta``, no handshake, changes via ``subscriptions/listen``); any other error,
+or no answer within ``probe_timeout``, makes it a handshake-era server, which gets ``initialize``. A restarted
+binary may be a different version, so the era is decided per process.
 """
 
 from __future__ import annotations
@@ -18,9 +23,17 @@ import orjson
 import structlog
 
 from bastion import __version__
-from bastion.errors import UpstreamUnavailable
-from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.errors import UNSUPPORTED_PROTOCOL_VERSION, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
+from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
+from bastion.upstream.modern import (
+    discover_verdict,
+    envelope,
+    error_verdict,
+    offers_list_changes,
+    parse_discover_result,
+)
+from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
 from bastion.upstream.session import Pending, RpcSession
 from bastion.upstream.supervisor import Backoff, Supervisor
 
@@ -32,13 +45,15 @@ log = structlog.get_logger("bastion.upstream")
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
 
 LIST_CHANGED = "notifications/tools/list_changed"
+DISCOVER = "server/discover"
 
 
 class StdioUpstream:
     def __init__(self, name: str, command: Sequence[str], env: Mapping[str, str] | None = None,
                  cwd: str | None = None, *, init_timeout: float = 30.0, backoff_initial: float = 0.5,
                  backoff_max: float = 30.0, shutdown_grace: float = 2.0,
-                 max_message_bytes: int = 64 * 1024 * 1024) -> None:
+                 max_message_bytes: int = 64 * 1024 * 1024, era: EraSetting = "auto",
+                 probe_timeout: float = 10.0) -> None:
         if not command:
             raise ValueError("command must not be empty")
         self.name = name
@@ -48,7 +63,13 @@ class StdioUpstream:
         self._init_timeout = init_timeout
         self._grace = shutdown_grace
         self._limit = max_message_bytes
+        self._era = era
+        self._probe_timeout = min(probe_timeout, init_timeout)
         self._rpc = RpcSession(name, self._write)
+        self._calls: ModernCalls | None = None
+        self._listener = Listener(name, self._open_listen, lambda: self._rpc.on_notification,
+                                  Backoff(backoff_initial, backoff_max))
+        self._listening: asyncio.Task[None] | None = None
         self._supervisor = Supervisor(name, self._connect, self._announce_restart,
                                       Backoff(backoff_initial, backoff_max))
         self._proc: asyncio.subprocess.Process | None = None
@@ -70,8 +91,13 @@ class StdioUpstream:
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
         await self._supervisor.ready(timeout)
-        return await self._rpc.call(method, params, timeout=timeout, on_message=on_message,
-                                    transmit=self._transmit)
+        calls = self._calls
+        if calls is None:
+            return await self._rpc.call(method, params, timeout=timeout, on_message=on_message,
+                                        transmit=self._transmit)
+        result = await self._rpc.call(method, calls.params(params), timeout=timeout, on_message=on_message,
+                                      transmit=self._transmit)
+        return calls.result(method, params, result)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         await self._rpc.notify(method, params)
@@ -104,16 +130,69 @@ class StdioUpstream:
         self._proc = proc
         self._rpc.spawn(self._read_stdout(proc))
         self._rpc.spawn(self._read_stderr(proc))
+        self._stop_listening()
         try:
-            result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
-                                          on_message=None, transmit=self._transmit)
-            info = parse_initialize_result(self.name, result)
-            await self._rpc.notify("notifications/initialized")
+            info = await self._handshake()
         except BaseException:
             self._proc = None
             await self._stop(proc)
             raise
+        modern = info.era == "modern"
+        self._calls = ModernCalls(self.name) if modern else None
+        self._rpc.accept_server_requests = not modern
+        log.info("upstream.era_detected", upstream=self.name, era=info.era, version=info.protocol_version)
+        if modern and offers_list_changes(info.capabilities):
+            self._listening = self._rpc.spawn(self._listener.run())
         return info
+
+    async def _handshake(self) -> UpstreamInfo:
+        if self._era == "legacy":
+            return await self._initialize()
+        if self._era == "modern":
+            return await self._discover(self._init_timeout)
+        try:
+            result = await self._rpc.call(DISCOVER, envelope(None, __version__), timeout=self._probe_timeout,
+                                          on_message=None, transmit=self._transmit)
+        except UpstreamTimeout:
+            verdict = "legacy"
+        except UpstreamRpcError as exc:
+            verdict = error_verdict(exc.to_error())
+            if verdict != "legacy":
+                raise UpstreamUnavailable(self.name, log_detail=f"server/discover failed: {exc.code} {exc.message}"
+                                          ) from None
+        else:
+            verdict = discover_verdict(result)
+            if verdict == "modern":
+                return parse_discover_result(self.name, result)
+        try:
+            return await self._initialize()
+        except UpstreamRpcError as exc:
+            # A slow server may have taken the timed-out probe after all and now serves the modern era only.
+            if exc.code != UNSUPPORTED_PROTOCOL_VERSION:
+                raise
+            return await self._discover(self._init_timeout)
+
+    async def _initialize(self) -> UpstreamInfo:
+        result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
+                                      on_message=None, transmit=self._transmit)
+        info = parse_initialize_result(self.name, result)
+        await self._rpc.notify("notifications/initialized")
+        return info
+
+    async def _discover(self, timeout: float) -> UpstreamInfo:
+        result = await self._rpc.call(DISCOVER, envelope(None, __version__), timeout=timeout, on_message=None,
+                                      transmit=self._transmit)
+        return parse_discover_result(self.name, result)
+
+    def _stop_listening(self) -> None:
+        task, self._listening = self._listening, None
+        if task is not None:
+            task.cancel()
+
+    async def _open_listen(self, handler: RelatedMessageHandler) -> dict[str, Any]:
+        await self._supervisor.ready(self._init_timeout)
+        method, params = listen_request()
+        return await self._rpc.call(method, params, timeout=None, on_message=handler, transmit=self._transmit)
 
     async def _announce_restart(self) -> None:
         await self._rpc.on_notification(LIST_CHANGED, {})

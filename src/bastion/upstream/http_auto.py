@@ -1,0 +1,65 @@
+"""A Streamable HTTP upstream of either era: probe once, remember the answer, then act as that era's transport.
+
+The probe is a modern ``server/discover`` POST (see ``ModernHttpUpstream.detect``); a server that answers it as a
+2026-07-28 server is served statelessly, anything else falls back to the ``initialize`` handshake. The verdict
+is a property of the server, so it is kept for this upstream's lifetime (its origin): reconnects after an outage
+skip the probe. A pinned ``era`` skips it altogether.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from bastion.errors import UpstreamUnavailable
+from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamEra, UpstreamInfo
+from bastion.upstream.http import HttpUpstream
+from bastion.upstream.http_modern import ModernHttpUpstream
+
+__all__ = ["AutoHttpUpstream"]
+
+
+class AutoHttpUpstream:
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
+                 era: EraSetting = "auto", init_timeout: float = 30.0, listen: bool = True,
+                 backoff_initial: float = 0.5, backoff_max: float = 30.0) -> None:
+        self.name = name
+        self._modern = ModernHttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
+                                          backoff_initial=backoff_initial, backoff_max=backoff_max)
+        self._legacy = HttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
+                                    backoff_initial=backoff_initial, backoff_max=backoff_max)
+        self._era: UpstreamEra | None = None if era == "auto" else era
+        self._active: ModernHttpUpstream | HttpUpstream | None = None
+
+    @property
+    def era(self) -> UpstreamEra | None:
+        """The remembered era, ``None`` until the first probe."""
+        return self._era
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        return self._active.info if self._active is not None else None
+
+    async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        if self._era is None:
+            self._era = "modern" if await self._modern.detect() == "modern" else "legacy"
+        active: ModernHttpUpstream | HttpUpstream = self._modern if self._era == "modern" else self._legacy
+        info = await active.start(on_notification)
+        self._active = active
+        return info
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+                      on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
+        if self._active is None:
+            raise UpstreamUnavailable(self.name, log_detail="not connected")
+        return await self._active.request(method, params, timeout=timeout, on_message=on_message)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        if self._active is not None:
+            await self._active.notify(method, params)
+
+    async def close(self) -> None:
+        await self._modern.close()
+        await self._legacy.close()

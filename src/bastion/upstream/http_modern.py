@@ -1,0 +1,207 @@
+"""An upstream MCP server over Streamable HTTP in the 2026-07-28 (stateless) revision.
+
+Every request is a self-contained POST: its ``_meta`` carries version, client capabilities and client info, and
+headers mirror the body (``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name``, ``Mcp-Param-*``). There is no
+session, no GET stream and no DELETE. Closing a request's response stream is its cancellation, so a timeout or a
+cancelled caller simply closes it. Notifications outside requests arrive on one long-lived
+``subscriptions/listen`` request. ``detect`` is the dual-era probe: a ``server/discover`` whose answer (status and
+body) says which era the server speaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import orjson
+import structlog
+
+from bastion import __version__
+from bastion.errors import HEADER_MISMATCH, UpstreamRpcError, UpstreamUnavailable
+from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.headers import request_headers
+from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, sse_events
+from bastion.upstream.modern import (
+    MODERN_VERSION,
+    Verdict,
+    envelope,
+    http_probe_verdict,
+    offers_list_changes,
+    parse_discover_result,
+)
+from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
+from bastion.upstream.session import Pending, RpcSession
+from bastion.upstream.supervisor import Backoff
+
+__all__ = ["ModernHttpUpstream"]
+
+log = structlog.get_logger("bastion.upstream")
+
+DISCOVER = "server/discover"
+
+
+async def _ignore(method: str, params: Mapping[str, Any]) -> None:
+    return None
+
+
+class ModernHttpUpstream:
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
+                 init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
+                 backoff_max: float = 30.0) -> None:
+        self.name = name
+        self._url = url
+        self._client = client
+        self._init_timeout = init_timeout
+        self._listen_enabled = listen
+        self._base_headers = {**headers, "Accept": "application/json, text/event-stream",
+                              "Content-Type": "application/json"}
+        self._rpc = RpcSession(name, self._send)
+        self._rpc.accept_server_requests = False
+        self._rpc.cancel_by_notice = False
+        self._calls = ModernCalls(name)
+        self._listener = Listener(name, self._open_listen, lambda: self._rpc.on_notification,
+                                  Backoff(backoff_initial, backoff_max))
+        self._info: UpstreamInfo | None = None
+        self._listening: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        return self._info
+
+    async def detect(self) -> Verdict:
+        """Probe with ``server/discover``. A modern answer is kept as this upstream's info. Connection failures
+        raise ``UpstreamUnavailable``: an outage is never an era verdict."""
+        pending = self._rpc.open(DISCOVER, envelope(None, __version__), None)
+        try:
+            async with asyncio.timeout(self._init_timeout):
+                status, body = await self._probe(pending)
+        except TimeoutError:
+            raise UpstreamUnavailable(self.name, log_detail="server/discover probe timed out") from None
+        finally:
+            self._rpc.forget(pending)
+        verdict = http_probe_verdict(status, body)
+        log.info("upstream.era_detected", upstream=self.name, era=verdict, status=status)
+        if verdict == "unsupported":
+            raise UpstreamUnavailable(self.name, log_detail=f"probe answered HTTP {status}: {str(body)[:200]}")
+        if verdict == "modern" and isinstance(body, Mapping) and isinstance(body.get("result"), Mapping):
+            self._info = parse_discover_result(self.name, body["result"])
+        return verdict
+
+    async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        self._rpc.on_notification = on_notification
+        if self._info is None:
+            result = await self._rpc.call(DISCOVER, envelope(None, __version__), timeout=self._init_timeout,
+                                          on_message=None, transmit=self._transmit)
+            self._info = parse_discover_result(self.name, result)
+        log.info("upstream.discovered", upstream=self.name, version=self._info.protocol_version)
+        if self._listen_enabled and self._listening is None and offers_list_changes(self._info.capabilities):
+            self._listening = self._rpc.spawn(self._listener.run())
+        return self._info
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
+                      on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
+        if self._closed or self._info is None:
+            raise UpstreamUnavailable(self.name, log_detail="not connected")
+        try:
+            result = await self._rpc.call(method, self._calls.params(params), timeout=timeout, on_message=on_message,
+                                          transmit=self._transmit)
+        except UpstreamRpcError as exc:
+            if exc.code != HEADER_MISMATCH or method != "tools/call":
+                raise
+            # The spec's remedy: our view of the tool's x-mcp-header arguments is stale; re-list, retry once.
+            log.info("upstream.header_mismatch_retry", upstream=self.name)
+            await self._relist_tools(timeout)
+            result = await self._rpc.call(method, self._calls.params(params), timeout=timeout, on_message=on_message,
+                                          transmit=self._transmit)
+        return self._calls.result(method, params, result)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        # The core revision defines no client-to-server notifications over HTTP (cancelling is closing a stream).
+        log.debug("upstream.notification_dropped", upstream=self.name, method=method)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._rpc.aclose()
+
+    # -- requests --------------------------------------------------------------------------------------------
+
+    async def _relist_tools(self, timeout: float) -> None:
+        cursor: Any = None
+        for _ in range(100):
+            params = {"cursor": cursor} if cursor is not None else None
+            result = await self._rpc.call("tools/list", self._calls.params(params), timeout=timeout, on_message=None,
+                                          transmit=self._transmit)
+            self._calls.result("tools/list", params, result)
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str):
+                return
+
+    def _headers_for(self, message: Mapping[str, Any]) -> dict[str, str]:
+        method = str(message["method"])
+        params = message.get("params")
+        params = params if isinstance(params, Mapping) else None
+        tool = params.get("name") if params is not None and method == "tools/call" else None
+        mirrored = request_headers(method, params, MODERN_VERSION,
+                                   self._calls.tool_headers(tool) if isinstance(tool, str) else None)
+        return {**self._base_headers, **mirrored}
+
+    async def _probe(self, pending: Pending) -> tuple[int, Any]:
+        with http_errors(self.name, "POST"):
+            async with self._client.stream("POST", self._url, content=orjson.dumps(pending.message),
+                                           headers=self._headers_for(pending.message),
+                                           timeout=STREAM_TIMEOUT) as response:
+                if is_event_stream(response):
+                    async for event in sse_events(response):
+                        if event.event == "message" and event.data:
+                            message = orjson.loads(event.data)
+                            if isinstance(message, dict) and message.get("id") == pending.id:
+                                return response.status_code, message
+                    return response.status_code, None
+                body = await response.aread()
+        try:
+            return response.status_code, orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            return response.status_code, None
+
+    async def _transmit(self, pending: Pending) -> None:
+        # Leaving this block closes the response; when that happens early (timeout, cancelled caller) it is the
+        # request's cancellation.
+        with http_errors(self.name, "POST"):
+            async with self._client.stream("POST", self._url, content=orjson.dumps(pending.message),
+                                           headers=self._headers_for(pending.message),
+                                           timeout=STREAM_TIMEOUT) as response:
+                if response.status_code >= 300:
+                    await self._refused(response, pending)
+                elif is_event_stream(response):
+                    async for event in sse_events(response):
+                        if event.event == "message" and event.data:
+                            await self._rpc.handle(orjson.loads(event.data), related=pending)
+                            if pending.future.done():
+                                return
+                else:
+                    await self._rpc.handle(orjson.loads(await response.aread()), related=pending)
+        if not pending.future.done():
+            raise UpstreamUnavailable(self.name, log_detail="response ended without an answer")
+
+    async def _refused(self, response: httpx.Response, pending: Pending) -> None:
+        body = await response.aread()
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            message = None
+        # Modern servers answer protocol errors with 4xx and a JSON-RPC error body; that is the real answer.
+        if isinstance(message, dict) and "error" in message and message.get("id") in (pending.id, None):
+            await self._rpc.handle({**message, "id": pending.id}, related=pending)
+            return
+        raise UpstreamUnavailable(self.name, log_detail=f"HTTP {response.status_code}: {body[:200]!r}")
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        # Only answers to server requests come here, and a modern client must not send responses.
+        log.debug("upstream.message_not_sent", upstream=self.name, id=message.get("id"))
+
+    async def _open_listen(self, handler: RelatedMessageHandler) -> dict[str, Any]:
+        method, params = listen_request()
+        return await self._rpc.call(method, params, timeout=None, on_message=handler, transmit=self._transmit)
