@@ -443,9 +443,9 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: floa
     raise BenchError(f"bastion not ready after {timeout:.0f} s:\n{log.read_text(errors='replace')[-3000:]}")
 
 
-def stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def stop(proc: subprocess.Popen[bytes], timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -510,8 +510,23 @@ def print_profile(path: Path, top: int) -> None:
     stats.sort_stats("cumulative").print_stats(top)
 
 
+def merge(results: Sequence[Result]) -> list[Result]:
+    """Pool the rounds of each scenario into one result (calls, time and CPU summed; latencies together)."""
+    by_label: dict[str, list[Result]] = {}
+    for r in results:
+        by_label.setdefault(r.label, []).append(r)
+    return [Result(label=label, calls=sum(r.calls for r in rs), errors=sum(r.errors for r in rs),
+                   elapsed=sum(r.elapsed for r in rs), latencies_ms=[x for r in rs for x in r.latencies_ms],
+                   cpu_s={role: sum(r.cpu_s[role] for r in rs) for role in rs[0].cpu_s},
+                   loadgen_cpu_s=sum(r.loadgen_cpu_s for r in rs),
+                   first_error=next((r.first_error for r in rs if r.first_error), None))
+            for label, rs in by_label.items()]
+
+
 def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, profile: Path | None,
-                  top: int) -> list[Result]:
+                  top: int, rounds: int = 1) -> list[Result]:
+    """Each scenario in turn, ``rounds`` times over (interleaved, so a burst of load elsewhere on the machine
+    spreads over all scenarios instead of landing on one), pooled per scenario."""
     available = load_scenarios()
     unknown = [n for n in names if n not in available]
     if unknown:
@@ -535,7 +550,7 @@ def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, p
                 [exe, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", str(work)], port=redis_port))
             redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        for scenario in chosen:
+        for scenario in [s for _ in range(rounds) for s in chosen]:
             if scenario.config is None:
                 target = Target(url=upstream_url, tool="echo", label=scenario.label,
                                 pids={"upstream": upstream.pid})
@@ -545,7 +560,7 @@ def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, p
                 continue
             results.append(run_gateway_scenario(scenario, spec, work, upstream, upstream_url, redis_url,
                                                 profile, top))
-    return results
+    return merge(results)
 
 
 def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, upstream: subprocess.Popen[bytes],
@@ -572,7 +587,9 @@ def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, upstrea
                             pids={"gateway": proc.pid, "upstream": upstream.pid})
             result = asyncio.run(run_load(target, spec))
         finally:
-            stop(proc)
+            # uvicorn re-raises the signal it stopped on; SIGINT ends as KeyboardInterrupt, which lets cProfile
+            # write its file, where SIGTERM's default action would kill the process first.
+            stop(proc, sig=signal.SIGINT if profile is not None else signal.SIGTERM)
     print(describe(result), file=sys.stderr, flush=True)
     if result.errors:
         print(log.read_text(errors="replace")[-2000:], file=sys.stderr)
@@ -599,14 +616,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per run (default: 10)")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each run (default: 2)")
     parser.add_argument("--calls", type=int, help="end a run after this many measured calls")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="--scenario: run the list this many times, interleaved, and pool each scenario's rounds")
     parser.add_argument("--upstream-impl", choices=["raw", "sdk"], default="raw",
                         help="--scenario: the upstream (raw: minimal asyncio server; sdk: the mcp SDK's server)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="--scenario: run each gateway under cProfile, write DIR/<scenario>.prof, print the top")
     parser.add_argument("--top", type=int, default=25, help="rows of each profile listing (default: 25)")
     args = parser.parse_args(argv)
-    if args.concurrency < 1 or args.duration <= 0 or args.warmup < 0:
-        parser.error("--concurrency must be >= 1, --duration > 0, --warmup >= 0")
+    if args.concurrency < 1 or args.duration <= 0 or args.warmup < 0 or args.rounds < 1:
+        parser.error("--concurrency and --rounds must be >= 1, --duration > 0, --warmup >= 0")
     return args
 
 
@@ -621,7 +640,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.scenario:
             names = [n for s in args.scenario for n in (SCENARIO_ORDER if s == "all" else (s,))]
             results = run_scenarios(names, spec, upstream_impl=args.upstream_impl, profile=args.profile,
-                                    top=args.top)
+                                    top=args.top, rounds=args.rounds)
         else:
             results = []
             for spec_text in args.target:
@@ -636,8 +655,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 1
     print(f"\nMachine: {machine_summary()}")
+    rounds = f" x {args.rounds} rounds" if args.scenario and args.rounds > 1 else ""
     print(f"Load: concurrency {spec.concurrency}, {spec.duration:g} s measured after {spec.warmup:g} s warm-up "
-          f"per run, arguments {orjson.dumps(spec.arguments).decode()}\n")
+          f"per run{rounds}, arguments {orjson.dumps(spec.arguments).decode()}\n")
     print(markdown_table(results))
     return 1 if any(r.errors for r in results) else 0
 
