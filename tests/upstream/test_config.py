@@ -30,7 +30,7 @@ def test_stdio_section() -> None:
     assert cfg.max_timeout == 300
     assert cfg.prefix == "files"
     assert cfg.enabled is True
-    assert cfg.era == "auto"
+    assert cfg.era == "legacy"
     assert parse({"command": ["x"], "era": "modern"}).era == "modern"
 
 
@@ -93,10 +93,10 @@ def test_bad_durations(value: Any) -> None:
 async def test_factory_builds_each_transport() -> None:
     async with httpx.AsyncClient() as client:
         assert isinstance(build_upstream(parse({"command": ["x"]}), client), StdioUpstream)
-        http = build_upstream(parse({"url": "http://a/mcp"}), client)
+        http = build_upstream(parse({"url": "http://a/mcp", "era": "auto"}), client)
         assert isinstance(http, AutoHttpUpstream)
         assert http.era is None
-        pinned = build_upstream(parse({"url": "http://a/mcp", "era": "legacy"}), client)
+        pinned = build_upstream(parse({"url": "http://a/mcp", "era": "modern"}), client)
         assert isinstance(pinned, AutoHttpUpstream)
-        assert pinned.era == "legacy"
+        assert pinned.era == "modern"
         assert isinstance(build_upstream(parse({"url": "http://a/sse", "transport": "sse"}), client), SseUpstream)
