@@ -46,7 +46,8 @@ from bastion.sanitize.guard import SanitizeGuard
 from bastion.sanitize.result import sanitize_error, sanitize_notification
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
-from bastion.server.sessions import MemorySessionStore, SessionData
+from bastion.server.redis_sessions import RedisSessionStore
+from bastion.server.sessions import MemorySessionStore, SessionData, SessionStore
 from bastion.settings import Settings
 from bastion.upstream.config import build_upstream
 from bastion.validation import InputSchemaGuard, OutputSchemaGuard, ValidationConfig
@@ -101,7 +102,10 @@ def create_app(settings: Settings) -> Starlette:
     # - input schema last before the forward: invalid arguments never reach the upstream.
     # After the forward: output schema first (nothing may trust output before it is validated), sanitize last
     # (nothing after it can reintroduce what it removed).
-    store = MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions)
+    # With Redis, sessions live there so any replica can serve any session; without, in this process.
+    store: SessionStore = RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s) \
+        if redis_client is not None else \
+        MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions)
     gateway = Gateway(settings, store=store, access=PolicyAccess(holder) if holder is not None else None)
     limits_cfg: RateLimitConfig = settings.section("rate_limits")
     # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
@@ -146,7 +150,8 @@ def create_app(settings: Settings) -> Starlette:
     members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
     pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
-                        refresh_interval_s=settings.catalogue.refresh_interval_s or None)
+                        refresh_interval_s=settings.catalogue.refresh_interval_s or None,
+                        on_event=gateway.upstream_event)
     gateway.pool = pool
     metrics.declare_upstreams([m.upstream.name for m in members])
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from bastion import __version__
 from bastion.errors import ConfigError
@@ -22,6 +24,9 @@ def _serve(args: argparse.Namespace) -> int:
     host = args.host or cfg.listen.host
     port = args.port if args.port is not None else cfg.listen.port
     app = create_app(cfg)
+    # uvicorn drains on SIGTERM, then re-raises the signal with the default handler restored, which would end
+    # the process with -15 after a clean shutdown; an orchestrator must see exit 0 for a graceful stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, waits for in-flight requests (bounded by
     # timeout_graceful_shutdown), then runs our lifespan shutdown, which closes upstreams and flushes audit sinks.
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
@@ -57,9 +62,33 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_check)
 
     from bastion.auth.cli import register as register_keys
+    from bastion.pinning.cli import register as register_pins
+    from bastion.policy.cli import register as register_policy
 
+    policy = sub.add_parser("policy", help="check, explain and test access policies")
+    register_policy(policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND"))
     register_keys(sub)
+    register_pins(sub, store_factory=_pin_store)
     return parser
+
+
+def _pin_store(args: argparse.Namespace) -> Any:
+    """The pin store the gateway itself uses, from its config, unless the command names one explicitly."""
+    import os
+
+    from bastion.pinning.cli import store_from_args
+
+    config = getattr(args, "config", None) or os.environ.get("BASTION_CONFIG")
+    if getattr(args, "pins_file", None) or getattr(args, "redis_url", None) or not config:
+        return store_from_args(args)
+    import redis.asyncio as aioredis
+
+    from bastion import settings as settings_mod
+    from bastion.pinning import open_store
+
+    cfg = settings_mod.load(config)
+    client = aioredis.Redis.from_url(cfg.redis_url) if cfg.redis_url else None
+    return open_store(cfg.section("pinning"), client)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

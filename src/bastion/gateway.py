@@ -148,6 +148,18 @@ class Gateway:
             for listener in self.change_listeners:
                 await listener(changed)
 
+    async def upstream_event(self, upstream: str, method: str, params: Mapping[str, Any]) -> None:
+        """Relay an upstream's resource update to the sessions of this replica subscribed to that resource."""
+        if method != "notifications/resources/updated" or not isinstance(params.get("uri"), str):
+            return
+        prefix = self.upstream_of(upstream).prefix
+        public = cat.public_uri(prefix, params["uri"])
+        message = {"jsonrpc": "2.0", "method": method,
+                   "params": self.clean_notification(upstream, method, {**params, "uri": public})}
+        for live in self.live.all():
+            if public in live.subscriptions and live.get_stream is not None:
+                live.get_stream.put_nowait(message)
+
     def _instructions(self) -> str | None:
         if self.pool is None:
             return None

@@ -23,6 +23,8 @@ from bastion.upstream.base import Upstream
 log = structlog.get_logger("bastion.pool")
 
 ChangeHandler = Callable[[Mapping[str, UpstreamLists]], Awaitable[None]]
+# Any other notification an upstream sends outside a request (resources/updated, ...): (upstream, method, params).
+EventHandler = Callable[[str, str, Mapping[str, Any]], Awaitable[None]]
 
 _LIST_METHODS = (("tools", "tools/list", "tools"), ("prompts", "prompts/list", "prompts"),
                  ("resources", "resources/list", "resources"),
@@ -40,13 +42,15 @@ class Member:
 
 class UpstreamPool:
     def __init__(self, members: Sequence[Member], on_change: ChangeHandler, *, debounce_s: float = 0.2,
-                 retry_max_s: float = 30.0, refresh_interval_s: float | None = None) -> None:
+                 retry_max_s: float = 30.0, refresh_interval_s: float | None = None,
+                 on_event: EventHandler | None = None) -> None:
         self._members = {m.upstream.name: m for m in members}
         self._order = [m.upstream.name for m in members]
         self._on_change = on_change
         self._debounce_s = debounce_s
         self._retry_max_s = retry_max_s
         self._interval = refresh_interval_s
+        self._on_event = on_event
         self._lists: dict[str, UpstreamLists] = {}
         self._up: dict[str, bool] = dict.fromkeys(self._order, False)
         self._dirty: set[str] = set()
@@ -89,6 +93,8 @@ class UpstreamPool:
         async def on_notification(method: str, params: Mapping[str, Any]) -> None:
             if method.endswith("/list_changed"):
                 self.mark_dirty(name)
+            elif self._on_event is not None:
+                await self._on_event(name, method, params)
 
         try:
             await member.upstream.start(on_notification)

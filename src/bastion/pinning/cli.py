@@ -57,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], *,
     where.add_argument("--pins-file", metavar="PATH", help="the file store (pinning.file)")
     where.add_argument("--redis-url", metavar="URL", help="the Redis store, e.g. redis://127.0.0.1:6379/0")
     where.add_argument("--redis-key-prefix", default=DEFAULT_KEY_PREFIX, help=argparse.SUPPRESS)
+    where.add_argument("--config", "-c", metavar="FILE",
+                       help="take the store from this gateway config (default: $BASTION_CONFIG); "
+                            "used by the bastion command when neither --pins-file nor --redis-url is given")
 
     pins = subparsers.add_parser("pins", help="review and approve changed tool definitions")
     commands = pins.add_subparsers(dest="pins_command", required=True, metavar="COMMAND")

@@ -42,6 +42,7 @@ META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 # Server-to-client requests an upstream may make mid-call, and the client capability each one needs.
 CLIENT_REQUESTS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+LEGACY_ONLY = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 SERVER_INFO = {"name": "bastion", "title": "bastion MCP gateway", "version": __version__}
 
 
@@ -61,7 +62,7 @@ class Scope:
 
 def server_capabilities() -> dict[str, Any]:
     return {"tools": {"listChanged": True}, "prompts": {"listChanged": True},
-            "resources": {"listChanged": True}, "completions": {}, "logging": {}}
+            "resources": {"listChanged": True, "subscribe": True}, "completions": {}, "logging": {}}
 
 
 def negotiate(requested: Any) -> str:
@@ -85,13 +86,15 @@ class Dispatcher:
             "resources/templates/list": self._templates_list,
             "resources/read": self._resources_read,
             "completion/complete": self._complete,
+            "resources/subscribe": self._subscribe,
+            "resources/unsubscribe": self._unsubscribe,
             "logging/setLevel": self._set_level,
             "server/discover": self._discover,
         }
 
     def knows(self, method: str, era: Era) -> bool:
         if era == "modern":
-            return method in self._handlers and method not in ("ping", "logging/setLevel")
+            return method in self._handlers and method not in LEGACY_ONLY
         return method in self._handlers and method != "server/discover"
 
     async def handle(self, scope: Scope, msg: Message) -> dict[str, Any]:
@@ -254,10 +257,7 @@ class Dispatcher:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise InvalidParams("resources/read requires a string 'uri'")
-        routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed)
-        if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], uri):
-            raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
-        upstream, original = routed
+        upstream, original = self._route_visible(scope, uri)
         result = await self.gw.forward(upstream, "resources/read", {**params, "uri": original})
         prefix = self.gw.upstream_of(upstream).prefix
         contents = result.get("contents")
@@ -266,6 +266,30 @@ class Dispatcher:
                 {**c, "uri": cat.public_uri(prefix, c["uri"])} if isinstance(c, dict) and isinstance(
                     c.get("uri"), str) else c for c in contents]
         return self._cache_hints(scope, result)
+
+    def _route_visible(self, scope: Scope, uri: Any) -> tuple[str, str]:
+        routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed) if isinstance(uri, str) else None
+        if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], str(uri)):
+            raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
+        return routed
+
+    async def _subscribe(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        uri = params.get("uri")
+        upstream, original = self._route_visible(scope, uri)
+        await self.gw.forward(upstream, "resources/subscribe", {"uri": original})
+        if scope.live is not None:
+            scope.live.subscriptions.add(str(uri))
+        return {}
+
+    async def _unsubscribe(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
+        uri = params.get("uri")
+        upstream, original = self._route_visible(scope, uri)
+        if scope.live is not None:
+            scope.live.subscriptions.discard(str(uri))
+        # Other sessions of this replica may still want updates for the same resource.
+        if not any(str(uri) in live.subscriptions for live in self.gw.live.all()):
+            await self.gw.forward(upstream, "resources/unsubscribe", {"uri": original})
+        return {}
 
     # -- completion -----------------------------------------------------------------------------------------
 

@@ -112,9 +112,9 @@ class McpEndpoint:
         if data is None or data.principal_id != principal.id:
             raise HttpError(404, "Session not found", code=INVALID_REQUEST)
         version = request.headers.get("mcp-protocol-version")
-        if version is not None and version != data.protocol_version:
+        if version is not None and version not in d.LEGACY_VERSIONS:
             raise HttpError(400, f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}",
-                            data={"supported": [data.protocol_version]})
+                            data={"supported": list(d.LEGACY_VERSIONS)})
         return data
 
     # -- POST -----------------------------------------------------------------------------------------------
@@ -192,9 +192,7 @@ class McpEndpoint:
         scope = d.Scope(principal=principal, era="legacy", protocol_version=session.protocol_version,
                         client_capabilities=session.client_capabilities, client_info=session.client_info,
                         emitter=NullEmitter(), session=session, live=live, log_level=session.log_level)
-        if sse_ok and self._wants_stream(msg, scope):
-            return self._stream(scope, msg, live)
-        return await self._answer_json(scope, msg, live)
+        return await self._respond(scope, msg, live, sse_ok)
 
     async def _client_notification(self, session: SessionData, live: LiveSession, msg: jsonrpc.Message) -> None:
         if msg.method == "notifications/initialized" and not session.initialized:
@@ -205,18 +203,6 @@ class McpEndpoint:
             task = live.inflight.get(msg.params.get("requestId"))
             if task is not None:
                 task.cancel()
-
-    def _wants_stream(self, msg: jsonrpc.Message, scope: d.Scope) -> bool:
-        """SSE only when the request may need it: JSON is cheaper, and most calls need nothing else."""
-        if msg.method != "tools/call":
-            return False
-        meta = msg.params.get("_meta")
-        if isinstance(meta, dict) and ("progressToken" in meta or d.META_LOG_LEVEL in meta):
-            return True
-        if scope.era == "legacy" and (scope.log_level is not None or
-                                      any(c in scope.client_capabilities for c in d.CLIENT_REQUESTS.values())):
-            return True
-        return False
 
     async def _answer_json(self, scope: d.Scope, msg: jsonrpc.Message, live: LiveSession | None) -> Response:
         answer = await self._run(scope, msg, live)
@@ -254,28 +240,49 @@ class McpEndpoint:
             if live is not None and msg.id is not None:
                 live.inflight.pop(msg.id, None)
 
-    def _stream(self, scope: d.Scope, msg: jsonrpc.Message, live: LiveSession | None) -> Response:
+    async def _respond(self, scope: d.Scope, msg: jsonrpc.Message, live: LiveSession | None,
+                       sse_ok: bool) -> Response:
+        """Answer with JSON unless something must reach the client before the answer.
+
+        Only ``tools/call`` can make an upstream talk back mid-request (progress, log messages, sampling and
+        elicitation requests). For it, the choice is made lazily: the call runs in a task, and the response
+        becomes an SSE stream only if a message for the client comes before the result. A plain call answers with
+        plain JSON, and a call that needs the stream gets it without the client having to guess.
+        """
+        if msg.method != "tools/call" or not sse_ok:
+            return await self._answer_json(scope, msg, live)
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         emitter: Emitter = StreamEmitter(queue, live if scope.era == "legacy" else None, self._ids)
         scope = d.Scope(**{**{f: getattr(scope, f) for f in scope.__slots__}, "emitter": emitter})
+        final: list[dict[str, Any]] = []
 
         async def work() -> None:
-            answer = await self._run(scope, msg, live)
-            answer.pop("_status", None)
-            await queue.put(answer)
-            await queue.put(None)
+            try:
+                final.append(await self._run(scope, msg, live))
+            finally:
+                queue.put_nowait(None)
 
         task = asyncio.create_task(work(), name=f"bastion-call-{msg.id}")
         if live is not None and msg.id is not None:
             live.inflight[msg.id] = task
+        first = await queue.get()
+        if first is None:
+            if not final:  # the task was cancelled (client sent notifications/cancelled)
+                return json_response(jsonrpc.error(msg.id, ProtocolError(-32603, "Request cancelled")))
+            answer = final[0]
+            status = answer.pop("_status", 200) if scope.era == "modern" and "error" in answer else 200
+            answer.pop("_status", None)
+            return json_response(answer, status)
 
         async def events() -> AsyncIterator[bytes]:
+            item: dict[str, Any] | None = first
             try:
-                while True:
-                    item = await queue.get()
-                    if item is None:
-                        return
+                while item is not None:
                     yield encode_event(jsonrpc.dumps(item), event="message")
+                    item = await queue.get()
+                if final:
+                    final[0].pop("_status", None)
+                    yield encode_event(jsonrpc.dumps(final[0]), event="message")
             finally:
                 # Legacy: a dropped connection is not a cancellation (the client cancels explicitly), so the
                 # call runs to completion and is audited. Modern: closing the stream IS the cancellation.
@@ -342,9 +349,7 @@ class McpEndpoint:
         if not self.dispatcher.knows(msg.method, "modern"):
             err = ProtocolError(-32601, f"Method not found: {msg.method}", http_status=404)
             return json_response(jsonrpc.error(msg.id, err), 404)
-        if sse_ok and self._wants_stream(msg, scope):
-            return self._stream(scope, msg, None)
-        return await self._answer_json(scope, msg, None)
+        return await self._respond(scope, msg, None, sse_ok)
 
     # -- GET and DELETE -------------------------------------------------------------------------------------
 

@@ -120,6 +120,7 @@ class LiveSession:
     get_stream: asyncio.Queue[dict[str, Any]] | None = None
     inflight: dict[Any, asyncio.Task[Any]] = field(default_factory=dict)
     pending: dict[Any, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    subscriptions: set[str] = field(default_factory=set)  # public resource URIs
 
 
 class LiveSessions:
