@@ -104,6 +104,7 @@ class StdioUpstream:
 
     async def close(self) -> None:
         self._closing = True
+        self._stop_listening()
         await self._supervisor.aclose()
         proc, self._proc = self._proc, None
         if proc is not None:
