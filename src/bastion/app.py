@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +26,10 @@ from starlette.routing import Route
 
 from bastion.audit.config import AuditConfig, build_audit_log
 from bastion.audit.hook import CallAuditor
-from bastion.audit.record import session_record
+from bastion.audit.record import AuthFailureReason, auth_failure_record, session_record
 from bastion.auth import build_authenticator, metadata_paths, protected_resource_metadata
 from bastion.auth.config import AuthConfig
+from bastion.errors import AuthenticationError
 from bastion.gateway import Gateway
 from bastion.metrics import Metrics
 from bastion.pinning import Pinning, PinningConfig, open_store
@@ -68,6 +69,20 @@ class Components:
     metrics: Metrics
     closers: list[Any] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
+
+
+def auth_failure_reason(detail: str | None) -> AuthFailureReason:
+    """The audit record's failure class, from the authenticator's operator-facing reason."""
+    text = (detail or "").lower()
+    table: tuple[tuple[str, AuthFailureReason], ...] = (
+        ("missing", "missing_credentials"), ("malformed", "malformed_credentials"), ("expired", "expired"),
+        ("not yet valid", "not_yet_valid"), ("issuer", "invalid_issuer"), ("audience", "invalid_audience"),
+        ("signature", "invalid_signature"), ("unknown", "unknown_key"), ("claim", "missing_claim"),
+        ("jwks", "jwks_unavailable"))
+    for needle, reason in table:
+        if needle in text:
+            return reason
+    return "other"
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -168,8 +183,19 @@ def create_app(settings: Settings) -> Starlette:
             era="legacy", principal=principal, client_info=dict(data.client_info),
             protocol_version=data.protocol_version))
 
+    async def authenticate(headers: Mapping[str, str]) -> Principal:
+        try:
+            return await authenticator.authenticate(headers)
+        except AuthenticationError as exc:
+            log.info("auth.failure", detail=exc.log_detail)
+            await audit_log.emit(auth_failure_record(
+                at=time.time(), reason=auth_failure_reason(exc.log_detail), method="bearer",
+                remote_addr=None, traceparent=headers.get("traceparent")))
+            raise
+
+    gateway.emit_audit = audit_log.emit
     dispatcher = Dispatcher(gateway)
-    endpoint = McpEndpoint(gateway, dispatcher, authenticator.authenticate, on_session=on_session)
+    endpoint = McpEndpoint(gateway, dispatcher, authenticate, on_session=on_session)
     components = Components(settings=settings, gateway=gateway, pool=pool, http=http, redis=redis_client,
                             metrics=metrics, closers=[audit_log])
 

@@ -94,6 +94,8 @@ class Gateway:
             lambda upstream, method, params: params
         self.clean_error: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda upstream, error: error
         self.client_request_timeout = 300.0
+        # Writes one audit record that is not a tool call (lists, sessions…); the app wires the audit log.
+        self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = _discard
         self._rebuild_lock = asyncio.Lock()
 
     async def forward(self, upstream: str, method: str, params: dict[str, Any],
@@ -174,6 +176,10 @@ class Gateway:
         view = self.view
         return [t for t in view.catalogue.tools
                 if t.public_name not in view.quarantined and self.access.tool_visible(principal, t)]
+
+
+async def _discard(record: dict[str, Any]) -> None:
+    return None
 
 
 def _changes(old: View, new: View) -> list[str]:

@@ -7,6 +7,7 @@ and session established (principal, negotiated version, client capabilities) and
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,6 +16,7 @@ import structlog
 
 from bastion import __version__, jsonrpc
 from bastion import catalogue as cat
+from bastion.audit.record import tools_list_record
 from bastion.errors import (
     INVALID_PARAMS,
     InvalidParams,
@@ -143,6 +145,14 @@ class Dispatcher:
 
     async def _tools_list(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
         visible = self.gw.visible_tools(scope.principal)
+        if params.get("cursor") is None:
+            # One record per listing (its first page), saying how much the policy hid from this caller.
+            await self.gw.emit_audit(tools_list_record(
+                at=time.time(), shown=len(visible), hidden=len(self.gw.view.catalogue.tools) - len(visible),
+                request_id=str(rid) if rid is not None else None,
+                session=scope.session.id if scope.session else None, era=scope.era, principal=scope.principal,
+                client_info=scope.client_info,
+                upstreams_failed=[n for n, up in (self.gw.pool.health() if self.gw.pool else {}).items() if not up]))
         names = [t.public_name for t in visible]
         start, end, next_cursor = cat.page(names, params.get("cursor"), self.gw.settings.catalogue.page_size)
         result: dict[str, Any] = {"tools": [dict(t.definition) for t in visible[start:end]]}
