@@ -401,6 +401,9 @@ def machine_summary() -> str:
 
 def describe(result: Result) -> str:
     line = f"{result.label}: {result.calls} calls in {result.elapsed:.1f} s, {result.errors} errors"
+    if result.cpu_s:
+        line += ", CPU ms/call " + ", ".join(f"{role} {result.cpu_ms_per_call(role) or 0:.3f}"
+                                             for role in sorted(result.cpu_s))
     if result.first_error:
         line += f" (first: {result.first_error})"
     return line
@@ -541,15 +544,17 @@ def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, p
             port=up_port))
         upstream_url = f"http://127.0.0.1:{up_port}/mcp"
         redis_url = None
+        extra_pids: dict[str, int] = {}
         if any(s.needs_redis for s in chosen):
             exe = shutil.which("redis-server")
             if exe is None:
                 raise BenchError("redis-server not found (the redis scenario needs it)")
             redis_port = free_port()
-            stack.enter_context(running(
+            redis = stack.enter_context(running(
                 [exe, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", str(work)], port=redis_port))
             redis_url = f"redis://127.0.0.1:{redis_port}/0"
+            extra_pids["redis"] = redis.pid
         for scenario in [s for _ in range(rounds) for s in chosen]:
             if scenario.config is None:
                 target = Target(url=upstream_url, tool="echo", label=scenario.label,
@@ -558,12 +563,12 @@ def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, p
                 results.append(asyncio.run(run_load(target, spec)))
                 print(describe(results[-1]), file=sys.stderr, flush=True)
                 continue
-            results.append(run_gateway_scenario(scenario, spec, work, upstream, upstream_url, redis_url,
-                                                profile, top))
+            pids = {"upstream": upstream.pid, **(extra_pids if scenario.needs_redis else {})}
+            results.append(run_gateway_scenario(scenario, spec, work, pids, upstream_url, redis_url, profile, top))
     return merge(results)
 
 
-def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, upstream: subprocess.Popen[bytes],
+def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, pids: Mapping[str, int],
                          upstream_url: str, redis_url: str | None, profile: Path | None, top: int) -> Result:
     port = free_port()
     config = work / f"{scenario.name}.yaml"
@@ -584,7 +589,7 @@ def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, upstrea
         try:
             wait_ready(f"http://127.0.0.1:{port}/readyz", proc, log)
             target = Target(url=f"http://127.0.0.1:{port}/mcp", tool="fast__echo", label=scenario.label,
-                            pids={"gateway": proc.pid, "upstream": upstream.pid})
+                            pids={"gateway": proc.pid, **pids})
             result = asyncio.run(run_load(target, spec))
         finally:
             # uvicorn re-raises the signal it stopped on; SIGINT ends as KeyboardInterrupt, which lets cProfile
