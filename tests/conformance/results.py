@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -53,9 +54,16 @@ def load_results(out_dir: Path) -> dict[str, Scenario]:
             continue
         raw = json.loads(path.read_text())
         checks = tuple(Check(id=str(c.get("id", "")), name=str(c.get("name", "")), status=str(c.get("status", "")),
-                             message=str(c.get("errorMessage") or "")) for c in raw)
+                             message=_message(c)) for c in raw)
         found[match["scenario"]] = Scenario(match["scenario"], checks)
     return found
+
+
+def _message(check: Mapping[str, Any]) -> str:
+    # INFO checks (a part of a scenario judged not applicable) explain themselves in details.message instead.
+    details = check.get("details")
+    note = details.get("message") if isinstance(details, Mapping) else None
+    return str(check.get("errorMessage") or note or "")
 
 
 def parse_summary(stdout: str) -> dict[str, str]:
