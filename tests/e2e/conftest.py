@@ -12,8 +12,15 @@ from tests.support.gateway import REPO, GatewayProcess
 from tests.support.net import free_port, wait_for_port
 
 
+# Our fixture servers are built on the SDK's low-level Server, whose handlers answer in the handshake era's
+# shapes; they are pinned to the legacy era so era detection cannot misjudge them. Modern upstreams are tested
+# with fixtures written for that era.
+LEGACY = {"era": "legacy"}
+
+
 def stdio_upstream(module: str = "tests.fixtures.basic_server", *args: str, **extra: Any) -> dict[str, Any]:
-    return {"command": [sys.executable, "-m", module, "--transport", "stdio", *args], "cwd": str(REPO), **extra}
+    return {"command": [sys.executable, "-m", module, "--transport", "stdio", *args], "cwd": str(REPO),
+            **LEGACY, **extra}
 
 
 class HttpFixture:
@@ -52,7 +59,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, http_fixture: HttpFixture)
         "auth": "none",
         "upstreams": {
             "basic": stdio_upstream("tests.fixtures.basic_server", "--record", str(record)),
-            "web": {"url": http_fixture.url},
+            "web": {"url": http_fixture.url, **LEGACY},
         },
     }, workdir).start()
     gw.record_file = record  # type: ignore[attr-defined]

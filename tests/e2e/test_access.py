@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bastion.auth.apikeys import hash_key
-from tests.e2e.conftest import HttpFixture, stdio_upstream
+from tests.e2e.conftest import LEGACY, HttpFixture, stdio_upstream
 from tests.support.gateway import GatewayProcess
 from tests.support.rpc import RpcClient
 
@@ -51,7 +51,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory, http_fixture: HttpFixture)
     gw = GatewayProcess({
         "auth": {"api_keys": [{"id": "alice", "hash": hash_key(ALICE_KEY), "groups": ["eng"]},
                               {"id": "bob", "hash": hash_key(BOB_KEY), "groups": ["ops"]}]},
-        "upstreams": {"basic": stdio_upstream(), "web": {"url": http_fixture.url}},
+        "upstreams": {"basic": stdio_upstream(), "web": {"url": http_fixture.url, **LEGACY}},
         "policies": str(policies),
     }, workdir).start()
     gw.policy_dir = policies  # type: ignore[attr-defined]

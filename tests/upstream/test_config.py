@@ -30,7 +30,7 @@ def test_stdio_section() -> None:
     assert cfg.max_timeout == 300
     assert cfg.prefix == "files"
     assert cfg.enabled is True
-    assert cfg.era == "legacy"
+    assert cfg.era == "auto"
     assert parse({"command": ["x"], "era": "modern"}).era == "modern"
 
 

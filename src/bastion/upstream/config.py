@@ -33,7 +33,7 @@ _COMMON = {"prefix", "timeout", "max_timeout", "enabled", "era"}
 _ERAS = ("auto", "legacy", "modern")
 # Handshake-era until every shipped example and test fixture declares its era: SDK 2.x servers answer
 # server/discover even when their handlers only return handshake-era results, so "auto" would pick modern for them.
-DEFAULT_ERA: EraSetting = "legacy"
+DEFAULT_ERA: EraSetting = "auto"
 _STDIO = _COMMON | {"command", "env", "cwd"}
 _HTTP = _COMMON | {"url", "transport", "headers"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
