@@ -63,7 +63,8 @@ def _message(check: Mapping[str, Any]) -> str:
     # INFO checks (a part of a scenario judged not applicable) explain themselves in details.message instead.
     details = check.get("details")
     note = details.get("message") if isinstance(details, Mapping) else None
-    return str(check.get("errorMessage") or note or "")
+    # Messages can be pretty-printed validation errors; one line keeps the per-scenario diff readable.
+    return " ".join(str(check.get("errorMessage") or note or "").split())
 
 
 def parse_summary(stdout: str) -> dict[str, str]:

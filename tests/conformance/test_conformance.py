@@ -146,9 +146,14 @@ def test_fixture_passes_every_scenario_but_the_baseline(direct: Run, scenarios: 
     assert all(direct.results[name].successes() for name in set(scenarios) - expected)
 
 
+# The harness is a handshake-era client and the direct run is handshake-era, so bastion talks to the fixture in that
+# era too: like is compared with like. (The SDK fixture also answers server/discover, so "auto" would pick modern.)
+ERA = "legacy"
+
+
 def stdio_upstream() -> dict[str, Any]:
     return {"command": [sys.executable, "-m", "tests.fixtures.conformance_server", "--transport", "stdio"],
-            "cwd": str(REPO), "prefix": None}
+            "cwd": str(REPO), "prefix": None, "era": ERA}
 
 
 @pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
@@ -158,7 +163,7 @@ def test_every_direct_success_also_passes_through_bastion(
     if transport == "stdio":
         upstream = stdio_upstream()
     else:
-        upstream = {"url": request.getfixturevalue("fixture_server").url, "prefix": None}
+        upstream = {"url": request.getfixturevalue("fixture_server").url, "prefix": None, "era": ERA}
     gateway = GatewayProcess({"listen": {"path": "/mcp"}, "auth": "none", "upstreams": {"conf": upstream}},
                              tmp_path).start()
     try:
