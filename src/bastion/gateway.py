@@ -88,6 +88,8 @@ class Gateway:
         self.pool: UpstreamPool | None = None
         self.view_steps: list[ViewStep] = []
         self.change_listeners: list[ChangeListener] = []
+        # Called with (public URI, notification params) for every upstream resource update (modern listeners).
+        self.resource_listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
         # Clean upstream text on its way to clients outside tool results (progress and log messages, error
         # messages); the sanitizer replaces these identities. Arguments: upstream name, then the payload.
         self.clean_notification: Callable[[str, str, dict[str, Any]], dict[str, Any]] = \
@@ -156,11 +158,13 @@ class Gateway:
             return
         prefix = self.upstream_of(upstream).prefix
         public = cat.public_uri(prefix, params["uri"])
-        message = {"jsonrpc": "2.0", "method": method,
-                   "params": self.clean_notification(upstream, method, {**params, "uri": public})}
+        cleaned = self.clean_notification(upstream, method, {**params, "uri": public})
+        message = {"jsonrpc": "2.0", "method": method, "params": cleaned}
         for live in self.live.all():
             if public in live.subscriptions and live.get_stream is not None:
                 live.get_stream.put_nowait(message)
+        for listener in self.resource_listeners:
+            listener(public, cleaned)
 
     def _instructions(self) -> str | None:
         if self.pool is None:

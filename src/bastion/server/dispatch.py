@@ -6,9 +6,11 @@ and session established (principal, negotiated version, client capabilities) and
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,18 +20,23 @@ from bastion import __version__, jsonrpc
 from bastion import catalogue as cat
 from bastion.audit.record import tools_list_record
 from bastion.errors import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
+    MISSING_CLIENT_CAPABILITY,
     InvalidParams,
     MethodNotFound,
     ProtocolError,
+    ToolError,
     UnknownTool,
 )
 from bastion.gateway import Gateway
 from bastion.jsonrpc import Message, RequestId
 from bastion.pipeline import CallContext, CallRecord, Era
 from bastion.principal import Principal
-from bastion.server.emitter import Emitter
+from bastion.server.emitter import Emitter, NullEmitter
+from bastion.server.eras import INPUT_CAPABILITY, is_input_required, undeclared_inputs
 from bastion.server.sessions import LiveSession, SessionData
+from bastion.server.state import InvalidRequestState, RoundTrip, StateConfig, StateSealer, request_digest
 
 log = structlog.get_logger("bastion.dispatch")
 
@@ -46,6 +53,10 @@ META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 CLIENT_REQUESTS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
 LEGACY_ONLY = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 SERVER_INFO = {"name": "bastion", "title": "bastion MCP gateway", "version": __version__}
+# Client _meta keys passed on to upstreams; a client's own envelope (version, identity) never is.
+FORWARDED_META = ("progressToken", "traceparent", "tracestate")
+# Rounds of input bastion fetches from a handshake-era client for one call before giving up on the upstream.
+MAX_INPUT_ROUNDS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +84,16 @@ def negotiate(requested: Any) -> str:
 
 
 Handler = Callable[[Scope, dict[str, Any], RequestId | None], Awaitable[dict[str, Any]]]
+RelayHandler = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]
+# Request fields rebuilt for the upstream rather than copied: its envelope and the per-round MRTR fields.
+ROUND_FIELDS = frozenset({"_meta", "inputResponses", "requestState"})
 
 
 class Dispatcher:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, sealer: StateSealer | None = None) -> None:
         self.gw = gateway
+        # requestState protection; without a configured key, a random per-process one (single replica only).
+        self.sealer = sealer or StateSealer(StateConfig.from_mapping(None))
         self._handlers: dict[str, Handler] = {
             "ping": self._ping,
             "tools/list": self._tools_list,
@@ -184,18 +200,139 @@ class Dispatcher:
             traceparent=meta.get("traceparent") if isinstance(meta.get("traceparent"), str) else None,
         )
         progress_token = meta.get("progressToken")
+        trip = self._open_round(scope, "tools/call", name, params, entry.upstream)
 
         async def forward(ctx: CallContext, record: CallRecord) -> dict[str, Any]:
             fwd: dict[str, Any] = {"name": entry.original_name, "arguments": ctx.arguments}
-            out_meta = {k: meta[k] for k in ("progressToken", "traceparent", "tracestate") if k in meta}
-            if out_meta:
-                fwd["_meta"] = out_meta
-            return await self.gw.forward(entry.upstream, "tools/call", fwd,
-                                         on_message=self._relay(scope, entry.upstream, progress_token))
+            relay = self._relay(scope, entry.upstream, progress_token)
+            return await self._forward_rounds(scope, entry.upstream, "tools/call", fwd, meta, params, trip, relay)
 
         result = await self.gw.pipeline.run(ctx, forward)
+        if is_input_required(result):
+            return self._input_required(scope, "tools/call", name, params, entry.upstream, result)
         # After the guards: they judge (and the sanitizer vets) the URIs exactly as the upstream sent them.
         return map_result_uris(result, self.gw.upstream_of(entry.upstream).prefix)
+
+    # -- multi round-trip requests (2026-07-28 input_required) ----------------------------------------------
+
+    def _upstream_is_modern(self, upstream: str) -> bool:
+        if self.gw.pool is None:
+            return False
+        info = self.gw.pool.member(upstream).upstream.info
+        return info is not None and info.era == "modern"
+
+    def _forward_meta(self, scope: Scope, upstream: str, meta: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``_meta`` bastion sends upstream: trace context and progress token, plus, for a modern upstream,
+        the input capabilities bastion can relay for this caller (so the upstream asks only for what it can get).
+        """
+        out = {k: meta[k] for k in FORWARDED_META if k in meta}
+        if self._upstream_is_modern(upstream):
+            relayable = scope.era == "modern" or not isinstance(scope.emitter, NullEmitter)
+            out[META_CAPS] = {k: v for k, v in scope.client_capabilities.items()
+                              if k in INPUT_CAPABILITY.values()} if relayable else {}
+            # A modern upstream logs only when the request asks; a handshake-era client without a floor gets
+            # everything (its era's default), so bastion asks for everything on its behalf.
+            level = scope.log_level or ("debug" if scope.era == "legacy" else None)
+            if level is not None:
+                out[META_LOG_LEVEL] = level
+        return out
+
+    def _open_round(self, scope: Scope, method: str, target: str, params: Mapping[str, Any],
+                    upstream: str) -> RoundTrip | None:
+        """Verify the ``requestState`` of a retried request; ``None`` for a first request."""
+        state = params.get("requestState")
+        if state is None:
+            if params.get("inputResponses") is not None:
+                raise InvalidRequestState("inputResponses sent without the requestState they answer")
+            return None
+        try:
+            trip = self.sealer.open(state, principal_id=scope.principal.id,
+                                    digest=request_digest(method, target, params), now=time.time())
+            if trip.upstream != upstream:
+                raise InvalidRequestState("issued for a request another upstream served")
+        except InvalidRequestState as exc:
+            log.info("request_state.refused", method=method, target=target[:200], principal=scope.principal.id,
+                     reason=exc.log_detail)
+            raise
+        return trip
+
+    async def _forward_rounds(self, scope: Scope, upstream: str, method: str, fwd: dict[str, Any],
+                              meta: Mapping[str, Any], params: Mapping[str, Any], trip: RoundTrip | None,
+                              relay: RelayHandler | None = None) -> dict[str, Any]:
+        """Forward one request; for a handshake-era client, also fetch the input a modern upstream asks for.
+
+        A modern client gets an upstream's ``input_required`` back (``_input_required`` wraps its state) and
+        retries on its own. A handshake-era client cannot: bastion asks it on the call's SSE stream, as the
+        server-to-client requests it knows, and retries the upstream with the answers, within this one call.
+        """
+        out_meta = self._forward_meta(scope, upstream, meta)
+        if out_meta:
+            fwd["_meta"] = out_meta
+        if trip is not None:
+            if params.get("inputResponses") is not None:
+                fwd["inputResponses"] = params["inputResponses"]
+            if trip.upstream_state is not None:
+                fwd["requestState"] = trip.upstream_state
+        result = await self.gw.forward(upstream, method, fwd, on_message=relay)
+        rounds = 0
+        while scope.era == "legacy" and is_input_required(result):
+            rounds += 1
+            if rounds > MAX_INPUT_ROUNDS:
+                raise ToolError(f"The upstream asked for input more than {MAX_INPUT_ROUNDS} times; call abandoned")
+            responses = await self._ask_legacy_client(scope, result.get("inputRequests"))
+            if not responses:
+                await asyncio.sleep(0.05 * rounds)  # state-only round: the upstream is still working
+            fwd = {k: v for k, v in fwd.items() if k not in ("inputResponses", "requestState")}
+            if responses:
+                fwd["inputResponses"] = responses
+            if isinstance(result.get("requestState"), str):
+                fwd["requestState"] = result["requestState"]
+            result = await self.gw.forward(upstream, method, fwd, on_message=relay)
+        return result
+
+    async def _ask_legacy_client(self, scope: Scope, requests: Any) -> dict[str, Any]:
+        if not isinstance(requests, Mapping):
+            return {}
+        responses: dict[str, Any] = {}
+        for key, request in requests.items():
+            kind = request.get("method") if isinstance(request, Mapping) else None
+            capability = INPUT_CAPABILITY.get(kind) if isinstance(kind, str) else None
+            if capability is None or capability not in scope.client_capabilities or \
+                    isinstance(scope.emitter, NullEmitter):
+                raise ToolError(f"The tool needs input from the client ({kind}) that this client cannot provide "
+                                "on this request")
+            assert isinstance(request, Mapping)
+            try:
+                responses[str(key)] = await scope.emitter.ask(
+                    str(kind), jsonrpc.obj(request.get("params")), timeout=self.gw.client_request_timeout)
+            except ProtocolError as exc:
+                raise ToolError(f"The client did not provide the input the tool needs: {exc.message}") from None
+        return responses
+
+    def _input_required(self, scope: Scope, method: str, target: str, params: Mapping[str, Any], upstream: str,
+                        result: Mapping[str, Any]) -> dict[str, Any]:
+        """An upstream's ``input_required`` for a modern client, its state sealed (see ``bastion.server.state``).
+
+        Handshake-era clients never get here (``_forward_rounds`` bridges tools/call for them).
+        """
+        if scope.era != "modern":
+            raise ProtocolError(INTERNAL_ERROR, f"The upstream needs input from the client to answer {method}; "
+                                "bastion relays such input to handshake-era clients only for tools/call")
+        missing = undeclared_inputs(result.get("inputRequests"), scope.client_capabilities)
+        if missing:
+            kinds = sorted({INPUT_CAPABILITY.get(str(jsonrpc.obj(result["inputRequests"][k]).get("method")), "?")
+                            for k in missing} - {"?"})
+            raise ProtocolError(MISSING_CLIENT_CAPABILITY,
+                                "The upstream needs input of a kind this client did not declare",
+                                data={"requiredCapabilities": {k: {} for k in kinds}}, http_status=400)
+        state = result.get("requestState")
+        out: dict[str, Any] = {"resultType": "input_required"}
+        if isinstance(result.get("inputRequests"), Mapping):
+            out["inputRequests"] = result["inputRequests"]
+        out["requestState"] = self.sealer.seal(
+            principal_id=scope.principal.id, digest=request_digest(method, target, params), upstream=upstream,
+            upstream_state=state if isinstance(state, str) else None, now=time.time())
+        return out
 
     def _relay(self, scope: Scope, upstream: str, progress_token: Any) -> Callable[
             [str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]:
@@ -236,8 +373,14 @@ class Dispatcher:
         entry = self.gw.view.catalogue.prompt(name) if isinstance(name, str) else None
         if entry is None or not self.gw.access.prompt_visible(scope.principal, entry.upstream, entry.public_name):
             raise InvalidParams(f"Unknown prompt: {name}")
-        fwd = {**params, "name": entry.original_name}
-        return await self.gw.forward(entry.upstream, "prompts/get", fwd)
+        trip = self._open_round(scope, "prompts/get", entry.public_name, params, entry.upstream)
+        fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
+        fwd["name"] = entry.original_name
+        result = await self._forward_rounds(scope, entry.upstream, "prompts/get", fwd,
+                                            jsonrpc.obj(params.get("_meta")), params, trip)
+        if is_input_required(result):
+            return self._input_required(scope, "prompts/get", entry.public_name, params, entry.upstream, result)
+        return result
 
     # -- resources ------------------------------------------------------------------------------------------
 
@@ -268,7 +411,13 @@ class Dispatcher:
         if not isinstance(uri, str):
             raise InvalidParams("resources/read requires a string 'uri'")
         upstream, original = self._route_visible(scope, uri)
-        result = await self.gw.forward(upstream, "resources/read", {**params, "uri": original})
+        trip = self._open_round(scope, "resources/read", uri, params, upstream)
+        fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
+        fwd["uri"] = original
+        result = await self._forward_rounds(scope, upstream, "resources/read", fwd, jsonrpc.obj(params.get("_meta")),
+                                            params, trip)
+        if is_input_required(result):
+            return self._input_required(scope, "resources/read", uri, params, upstream, result)
         prefix = self.gw.upstream_of(upstream).prefix
         contents = result.get("contents")
         if prefix and isinstance(contents, list):
@@ -300,6 +449,35 @@ class Dispatcher:
         if not any(str(uri) in live.subscriptions for live in self.gw.live.all()):
             await self.gw.forward(upstream, "resources/unsubscribe", {"uri": original})
         return {}
+
+    async def listen_resources(self, scope: Scope, uris: Iterable[str]) -> frozenset[str]:
+        """Subscribe upstream to the resources a listen request names; the ones that worked are honoured.
+
+        Only handshake-era upstreams can be subscribed to (``resources/subscribe``): bastion's own listen
+        stream to a modern upstream carries list changes only, so their resources are not honoured.
+        """
+        honoured: set[str] = set()
+        for uri in sorted(uris):
+            try:
+                upstream, original = self._route_visible(scope, uri)
+                if self._upstream_is_modern(upstream):
+                    continue
+                await self.gw.forward(upstream, "resources/subscribe", {"uri": original})
+            except ProtocolError:
+                continue
+            honoured.add(uri)
+        return frozenset(honoured)
+
+    async def release_resources(self, uris: Iterable[str], still_wanted: set[str]) -> None:
+        """Unsubscribe upstream from resources nobody on this replica listens to any more (best effort)."""
+        for uri in uris:
+            if uri in still_wanted or any(uri in live.subscriptions for live in self.gw.live.all()):
+                continue
+            routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed)
+            if routed is None:
+                continue
+            with contextlib.suppress(ProtocolError):
+                await self.gw.forward(routed[0], "resources/unsubscribe", {"uri": routed[1]})
 
     # -- completion -----------------------------------------------------------------------------------------
 

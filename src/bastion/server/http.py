@@ -39,7 +39,10 @@ from bastion.gateway import Gateway
 from bastion.principal import Principal
 from bastion.server import dispatch as d
 from bastion.server.emitter import Emitter, NullEmitter, StreamEmitter
+from bastion.server.eras import for_legacy, for_modern
 from bastion.server.guards import accepts, check_host, check_origin
+from bastion.server.headers import check_request_headers
+from bastion.server.listen import ACKNOWLEDGED, Listeners, ListenFilter, Stream, tagged
 from bastion.server.sessions import LiveSession, SessionData, new_session_id
 from bastion.sse import encode_event
 
@@ -72,7 +75,9 @@ class McpEndpoint:
         self.listen = gateway.settings.listen
         self.on_session = on_session
         self._ids = itertools.count(1)
+        self.listeners = Listeners()
         gateway.change_listeners.append(self._announce)
+        gateway.resource_listeners.append(self.listeners.resource_updated)
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -219,10 +224,8 @@ class McpEndpoint:
             live.inflight[msg.id] = task
         try:
             result = await self.dispatcher.handle(scope, msg)
-            if scope.era == "modern":
-                result.setdefault("resultType", "complete")
-                result["_meta"] = {**jsonrpc.obj(result.get("_meta")), d.META_SERVER_INFO: d.SERVER_INFO}
-            return jsonrpc.result(msg.id, result)
+            shaped = for_modern(result, d.SERVER_INFO) if scope.era == "modern" else for_legacy(result)
+            return jsonrpc.result(msg.id, shaped)
         except ProtocolError as exc:
             if exc.log_detail:
                 log.info("request.failed", method=msg.method, code=exc.code, detail=exc.log_detail)
@@ -327,15 +330,25 @@ class McpEndpoint:
 
     async def _modern(self, request: Request, principal: Principal, msg: jsonrpc.Message, meta: dict[str, Any],
                       sse_ok: bool) -> Response:
+        # Order as in the reference SDK, so a client sees the same error for the same defect: the envelope,
+        # then the headers mirroring the body, then the version. Mcp-Session-Id and Last-Event-ID mean nothing
+        # here and are ignored; no session id is ever minted or echoed.
         version = meta.get(d.META_VERSION)
+        caps = meta.get(d.META_CAPS)
+        if not isinstance(caps, dict):
+            err = ProtocolError(INVALID_PARAMS, f"Missing required _meta field {d.META_CAPS}", http_status=400)
+            return json_response(jsonrpc.error(msg.id, err), 400)
+        if msg.kind == "request":
+            try:
+                check_request_headers(((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw),
+                                      version, msg.method, msg.params, self._input_schema(principal, msg))
+            except ProtocolError as exc:
+                log.info("request.header_mismatch", method=msg.method[:100], reason=exc.message)
+                return json_response(jsonrpc.error(msg.id, exc), exc.http_status)
         if version not in d.MODERN_VERSIONS:
             supported = [*d.MODERN_VERSIONS, *reversed(d.LEGACY_VERSIONS)]
             err = ProtocolError(UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version: {version}",
                                 data={"supported": supported, "requested": version}, http_status=400)
-            return json_response(jsonrpc.error(msg.id, err), 400)
-        caps = meta.get(d.META_CAPS)
-        if not isinstance(caps, dict):
-            err = ProtocolError(INVALID_PARAMS, f"Missing required _meta field {d.META_CAPS}", http_status=400)
             return json_response(jsonrpc.error(msg.id, err), 400)
         if msg.kind != "request":
             return Response(status_code=202)
@@ -346,10 +359,65 @@ class McpEndpoint:
             return json_response(jsonrpc.error(msg.id, err), 400)
         scope = d.Scope(principal=principal, era="modern", protocol_version=str(version), client_capabilities=caps,
                         client_info=info, emitter=NullEmitter(), log_level=level if isinstance(level, str) else None)
+        if msg.method == "subscriptions/listen":
+            try:
+                return await self._listen(scope, msg, sse_ok)
+            except ProtocolError as exc:
+                return json_response(jsonrpc.error(msg.id, exc), exc.http_status)
         if not self.dispatcher.knows(msg.method, "modern"):
             err = ProtocolError(-32601, f"Method not found: {msg.method}", http_status=404)
             return json_response(jsonrpc.error(msg.id, err), 404)
         return await self._respond(scope, msg, None, sse_ok)
+
+    def _input_schema(self, principal: Principal, msg: jsonrpc.Message) -> Any:
+        """The called tool's schema as this caller sees it (for ``Mcp-Param-*``), or ``None``.
+
+        A tool the caller may not see validates nothing here: the call itself reports it as unknown, so the
+        header check cannot become an oracle for hidden tools.
+        """
+        name = msg.params.get("name")
+        if msg.method != "tools/call" or not isinstance(name, str):
+            return None
+        view = self.gw.view
+        entry = view.catalogue.tool(name)
+        if entry is None or name in view.quarantined or not self.gw.access.tool_visible(principal, entry):
+            return None
+        return entry.definition.get("inputSchema")
+
+    async def _listen(self, scope: d.Scope, msg: jsonrpc.Message, sse_ok: bool) -> Response:
+        """``subscriptions/listen``: acknowledgement first, then only what the client opted into, each message
+        tagged with the listen request's id, keep-alive comments in between, until the client goes away."""
+        if not sse_ok:
+            raise HttpError(406, "Not Acceptable: subscriptions/listen answers with text/event-stream")
+        assert msg.id is not None
+        wanted = ListenFilter.from_params(msg.params)
+        resources = await self.dispatcher.listen_resources(scope, wanted.resources)
+        stream = Stream(msg.id, scope.principal.id, ListenFilter(lists=wanted.lists, resources=resources))
+        self.listeners.open(stream)
+        ack = tagged(ACKNOWLEDGED, {"notifications": stream.filter.honoured()}, msg.id)
+        log.info("listen.open", principal=scope.principal.id, lists=sorted(stream.filter.lists),
+                 resources=len(resources))
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield encode_event(jsonrpc.dumps(ack), event="message")
+                while True:
+                    try:
+                        item = await asyncio.wait_for(stream.queue.get(), KEEPALIVE_S)
+                    except TimeoutError:
+                        yield b": keep-alive\n\n"
+                        continue
+                    if item is None:  # ended by bastion (a stalled reader): the client re-listens and refetches
+                        return
+                    yield encode_event(jsonrpc.dumps(item), event="message")
+            finally:
+                self.listeners.close(stream)
+                with contextlib.suppress(Exception):
+                    await self.dispatcher.release_resources(stream.filter.resources,
+                                                            self.listeners.wanted_resources())
+                log.info("listen.closed", principal=scope.principal.id)
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     # -- GET and DELETE -------------------------------------------------------------------------------------
 
@@ -399,7 +467,9 @@ class McpEndpoint:
         return Response(status_code=200)
 
     async def _announce(self, changed: list[str]) -> None:
-        """Relay list changes to every legacy session listening on a GET stream of this replica."""
+        """Relay list changes to every legacy session listening on a GET stream of this replica, and to the
+        modern listen streams that opted into them."""
+        self.listeners.lists_changed(changed)
         for live in self.gw.live.all():
             if live.get_stream is None:
                 continue

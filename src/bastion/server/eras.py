@@ -1,0 +1,63 @@
+"""Results shaped for the era of the client that asked, whatever the era of the upstream that answered. Pure.
+
+A 2026-07-28 upstream's results carry fields a handshake-era client has never heard of (``resultType``, caching
+hints, the server's identity in ``_meta``); a handshake-era upstream's results lack what a modern client requires
+(``resultType``). Caching hints bastion sets itself, for the aggregated view (``Dispatcher``), never the
+upstream's: only bastion knows whether what it serves is filtered per caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bastion.server.listen import SUBSCRIPTION_ID
+
+__all__ = ["INPUT_CAPABILITY", "MODERN_ONLY_FIELDS", "for_legacy", "for_modern", "is_input_required"]
+
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+MODERN_ONLY_FIELDS = ("resultType", "ttlMs", "cacheScope")
+# Stamped by modern servers; meaningless (or misleading) to a handshake-era client.
+MODERN_ONLY_META = (SERVER_INFO_META, SUBSCRIPTION_ID)
+# Input an upstream may ask a client for in an InputRequiredResult, and the client capability each one needs.
+INPUT_CAPABILITY = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
+
+
+def is_input_required(result: Mapping[str, Any]) -> bool:
+    return result.get("resultType") == "input_required"
+
+
+def for_legacy(result: dict[str, Any]) -> dict[str, Any]:
+    """Drop the modern-only fields; an empty ``_meta`` left behind goes too."""
+    out = {k: v for k, v in result.items() if k not in MODERN_ONLY_FIELDS}
+    meta = out.get("_meta")
+    if isinstance(meta, Mapping):
+        rest = {k: v for k, v in meta.items() if k not in MODERN_ONLY_META}
+        if rest:
+            out["_meta"] = rest
+        else:
+            del out["_meta"]
+    return out
+
+
+def for_modern(result: dict[str, Any], server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """``resultType`` (``complete`` when an upstream of the handshake era sent none) and bastion's identity: the
+    client talks to bastion, not to whichever upstream answered."""
+    out = dict(result)
+    out.setdefault("resultType", "complete")
+    meta = out.get("_meta")
+    out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), SERVER_INFO_META: dict(server_info)}
+    return out
+
+
+def undeclared_inputs(input_requests: Any, capabilities: Mapping[str, Any]) -> list[str]:
+    """Keys of input requests the client cannot answer (unknown kind, or a capability it did not declare)."""
+    if not isinstance(input_requests, Mapping):
+        return []
+    bad = []
+    for key, request in input_requests.items():
+        method = request.get("method") if isinstance(request, Mapping) else None
+        capability = INPUT_CAPABILITY.get(method) if isinstance(method, str) else None
+        if capability is None or capability not in capabilities:
+            bad.append(str(key))
+    return sorted(bad)

@@ -1,0 +1,128 @@
+"""``subscriptions/listen`` (2026-07-28): what a listening client opted into, and the streams of this replica.
+
+A modern client has no session and no GET stream; it asks for change notifications with one long-lived
+``subscriptions/listen`` request whose SSE response is the stream. The first message is the acknowledgement
+with the honoured subset of what it asked for; every message carries the listen request's id under
+``_meta["io.modelcontextprotocol/subscriptionId"]``; nothing it did not opt into is ever sent.
+
+``ListenFilter`` is the pure part (parsing, the acknowledgement, "does this stream want this change?");
+``Listeners`` keeps the open streams of this replica. Streams are per replica like legacy GET streams: every
+replica learns of upstream changes on its own, so each one informs its own listeners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bastion import jsonrpc
+from bastion.errors import InvalidParams
+
+__all__ = ["ACKNOWLEDGED", "SUBSCRIPTION_ID", "ListenFilter", "Listeners", "Stream"]
+
+ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+# Catalogue list kind (as the gateway announces changes) → the filter flag that opts into it.
+LIST_FLAGS = {"tools": "toolsListChanged", "prompts": "promptsListChanged", "resources": "resourcesListChanged"}
+MAX_RESOURCE_SUBSCRIPTIONS = 256
+# A client that stops reading must not make bastion buffer without bound: its stream is ended instead, and it
+# re-listens and refetches (there is no replay in this revision anyway).
+MAX_BUFFERED = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ListenFilter:
+    lists: frozenset[str] = frozenset()  # "tools", "prompts", "resources"
+    resources: frozenset[str] = frozenset()  # public resource URIs
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ListenFilter:
+        wanted = params.get("notifications")
+        if not isinstance(wanted, Mapping):
+            raise InvalidParams("subscriptions/listen requires a 'notifications' object")
+        lists = frozenset(kind for kind, flag in LIST_FLAGS.items() if wanted.get(flag) is True)
+        uris = wanted.get("resourceSubscriptions")
+        if uris is None:
+            uris = []
+        if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
+            raise InvalidParams("notifications.resourceSubscriptions must be an array of URIs")
+        if len(uris) > MAX_RESOURCE_SUBSCRIPTIONS:
+            raise InvalidParams(f"at most {MAX_RESOURCE_SUBSCRIPTIONS} resourceSubscriptions per listen request")
+        return cls(lists=lists, resources=frozenset(uris))
+
+    def honoured(self) -> dict[str, Any]:
+        """The acknowledgement's ``notifications``: only what will be delivered, no false flags."""
+        out: dict[str, Any] = {LIST_FLAGS[kind]: True for kind in sorted(self.lists)}
+        if self.resources:
+            out["resourceSubscriptions"] = sorted(self.resources)
+        return out
+
+    def wants_list(self, kind: str) -> bool:
+        return kind in self.lists
+
+    def wants_resource(self, uri: str) -> bool:
+        return uri in self.resources
+
+
+def tagged(method: str, params: Mapping[str, Any], subscription_id: jsonrpc.RequestId) -> dict[str, Any]:
+    """A notification for one stream, stamped with its subscription id."""
+    meta = {**jsonrpc.obj(params.get("_meta")), SUBSCRIPTION_ID: subscription_id}
+    return jsonrpc.notification(method, {**params, "_meta": meta})
+
+
+@dataclass(slots=True, eq=False)
+class Stream:
+    """One open listen stream. ``queue`` holds ready-to-send messages; ``None`` ends the stream."""
+
+    subscription_id: jsonrpc.RequestId
+    principal_id: str
+    filter: ListenFilter
+    queue: asyncio.Queue[dict[str, Any] | None] = field(
+        default_factory=lambda: asyncio.Queue(MAX_BUFFERED + 1))
+
+    def offer(self, message: dict[str, Any] | None) -> None:
+        try:
+            self.queue.put_nowait(message)
+        except asyncio.QueueFull:
+            # A stalled reader: drop what is buffered and end the stream; the client re-listens and refetches.
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(None)
+
+
+class Listeners:
+    """The listen streams open on this replica."""
+
+    def __init__(self) -> None:
+        self._streams: set[Stream] = set()
+
+    def open(self, stream: Stream) -> None:
+        self._streams.add(stream)
+
+    def close(self, stream: Stream) -> None:
+        self._streams.discard(stream)
+
+    def all(self) -> list[Stream]:
+        return list(self._streams)
+
+    def wanted_resources(self) -> set[str]:
+        return {uri for s in self._streams for uri in s.filter.resources}
+
+    def lists_changed(self, changed: list[str]) -> None:
+        for stream in self.all():
+            for kind in changed:
+                if stream.filter.wants_list(kind):
+                    stream.offer(tagged(f"notifications/{kind}/list_changed", {}, stream.subscription_id))
+
+    def resource_updated(self, uri: str, params: Mapping[str, Any]) -> None:
+        for stream in self.all():
+            if stream.filter.wants_resource(uri):
+                stream.offer(tagged("notifications/resources/updated", params, stream.subscription_id))
+
+    def end_all(self) -> None:
+        for stream in self.all():
+            with contextlib.suppress(asyncio.QueueFull):
+                stream.queue.put_nowait(None)

@@ -1,0 +1,147 @@
+"""The ``requestState`` bastion hands to modern clients in multi round-trip requests. Pure, no I/O.
+
+When an upstream answers ``input_required``, the client fulfils the input requests and retries with the state it
+was given. Everything a client echoes is attacker-controlled, so bastion never hands out the upstream's state
+bare: it wraps it in a token that names the upstream and the request it belongs to, binds it to the principal and
+an expiry, and signs it (HMAC-SHA256). A retry whose token was altered, has expired, was issued to another
+principal, or is replayed against another tool, prompt, resource or set of arguments is refused before anything
+reaches an upstream. The token is signed, not encrypted: the upstream's own state was visible to the client
+anyway; the principal appears only as a keyed hash.
+
+Replicas must share the key (``sessions.state_key`` / ``BASTION_STATE_KEY``): a token minted on one replica is
+verified on whichever replica the retry lands. Without a configured key each process draws a random one, and
+retries that land on another replica (or after a restart) are refused as invalid.
+
+Single use is not enforced here: an upstream that needs it must enforce it on its own state, which it alone
+understands; within the expiry a client may replay a retry exactly as it may replay any request.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from bastion.errors import ConfigError, InvalidParams
+
+__all__ = ["InvalidRequestState", "RoundTrip", "StateConfig", "StateSealer", "request_digest"]
+
+FORMAT_TAG = "bastion.rs1."
+ENV_KEY = "BASTION_STATE_KEY"
+MIN_KEY_BYTES = 32
+DEFAULT_TTL_S = 600.0
+# Fields of a retried request that change between rounds; everything else must be the original request.
+_ROUND_FIELDS = frozenset({"_meta", "inputResponses", "requestState"})
+
+
+class InvalidRequestState(InvalidParams):
+    """A retry's ``requestState`` cannot be honoured. The message says which check failed, never the secret."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Invalid requestState: {reason}; start the request again without it",
+                         http_status=400, log_detail=reason)
+
+
+@dataclass(frozen=True, slots=True)
+class StateConfig:
+    """``key``: raw bytes (from config or env; ``None`` means a random per-process key). ``ttl_s``: how long a
+    client has to answer the input requests and retry."""
+
+    key: bytes | None = None
+    ttl_s: float = DEFAULT_TTL_S
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, path: str = "sessions",
+                     environ: Mapping[str, str] | None = None) -> StateConfig:
+        """Parse ``state_key`` and ``state_ttl`` (seconds) from the sessions section; other keys are the
+        section owner's. ``BASTION_STATE_KEY`` in the environment applies when the file sets no key."""
+        data = data or {}
+        env = os.environ if environ is None else environ
+        raw = data.get("state_key", env.get(ENV_KEY))
+        key: bytes | None = None
+        if raw is not None:
+            if not isinstance(raw, str) or len(raw.encode("utf-8")) < MIN_KEY_BYTES:
+                raise ConfigError(f"state_key must be a string of at least {MIN_KEY_BYTES} bytes "
+                                  "(e.g. `openssl rand -hex 32`)", path=f"{path}.state_key")
+            key = raw.encode("utf-8")
+        ttl = data.get("state_ttl", DEFAULT_TTL_S)
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 1 <= ttl <= 86_400:
+            raise ConfigError("state_ttl must be a number of seconds between 1 and 86400", path=f"{path}.state_ttl")
+        return cls(key=key, ttl_s=float(ttl))
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTrip:
+    """What a verified token says: which upstream asked, and the upstream's own state to hand back to it."""
+
+    upstream: str
+    upstream_state: str | None
+
+
+def request_digest(method: str, target: str, params: Mapping[str, Any]) -> str:
+    """A digest of the original request: method, public name or URI, and every field but the per-round ones."""
+    stable = {k: v for k, v in params.items() if k not in _ROUND_FIELDS}
+    blob = orjson.dumps([method, target, stable], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class StateSealer:
+    def __init__(self, config: StateConfig) -> None:
+        self._key = config.key or secrets.token_bytes(32)
+        self.ttl_s = config.ttl_s
+        self.shared = config.key is not None
+
+    def _principal(self, principal_id: str) -> str:
+        # Keyed, so the token does not reveal the principal id and cannot be matched across deployments.
+        return hmac.new(self._key, b"principal\x00" + principal_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+
+    def _sign(self, body: bytes) -> bytes:
+        return hmac.new(self._key, b"request-state\x00" + body, hashlib.sha256).digest()
+
+    def seal(self, *, principal_id: str, digest: str, upstream: str, upstream_state: str | None,
+             now: float) -> str:
+        body = orjson.dumps({"p": self._principal(principal_id), "d": digest, "u": upstream, "s": upstream_state,
+                             "x": int(now + self.ttl_s)})
+        return FORMAT_TAG + _b64(body) + "." + _b64(self._sign(body))
+
+    def open(self, token: Any, *, principal_id: str, digest: str, now: float) -> RoundTrip:
+        """Verify a token against the retry it arrived with. Raises ``InvalidRequestState``."""
+        if not isinstance(token, str) or not token.startswith(FORMAT_TAG) or token.count(".") != 3:
+            raise InvalidRequestState("not a requestState this gateway issued")
+        body_text, _, mac_text = token[len(FORMAT_TAG):].partition(".")
+        try:
+            body, mac = _unb64(body_text), _unb64(mac_text)
+        except (binascii.Error, ValueError):
+            raise InvalidRequestState("not a requestState this gateway issued") from None
+        if not hmac.compare_digest(mac, self._sign(body)):
+            raise InvalidRequestState("signature check failed (altered, or issued by another deployment)")
+        try:
+            claims = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise InvalidRequestState("malformed") from None
+        if not isinstance(claims, dict) or not isinstance(claims.get("x"), int) or \
+                not isinstance(claims.get("u"), str) or not isinstance(claims.get("s"), str | None):
+            raise InvalidRequestState("malformed")
+        if now >= claims["x"]:
+            raise InvalidRequestState("expired")
+        if not hmac.compare_digest(str(claims.get("p")), self._principal(principal_id)):
+            raise InvalidRequestState("issued to another principal")
+        if claims.get("d") != digest:
+            raise InvalidRequestState("issued for a different request")
+        return RoundTrip(upstream=claims["u"], upstream_state=claims["s"])
