@@ -347,7 +347,11 @@ class Dispatcher:
                 return None
             capability = CLIENT_REQUESTS.get(method)
             if capability is not None:
-                if capability not in scope.client_capabilities or scope.era != "legacy":
+                if scope.era != "legacy":
+                    # A 2026-07-28 client can only be asked through an input_required result, which would need
+                    # this upstream call held open across HTTP requests: refused, so the upstream can degrade.
+                    raise ProtocolError(-32601, f"{method} cannot be relayed to a 2026-07-28 client mid-call")
+                if capability not in scope.client_capabilities:
                     raise ProtocolError(-32601, f"the client did not declare the {capability} capability")
                 return await scope.emitter.ask(method, dict(params), timeout=self.gw.client_request_timeout)
             if method.startswith("notifications/"):

@@ -252,8 +252,17 @@ class McpEndpoint:
         becomes an SSE stream only if a message for the client comes before the result. A plain call answers with
         plain JSON, and a call that needs the stream gets it without the client having to guess.
         """
-        if msg.method != "tools/call" or not sse_ok:
+        if not sse_ok:
             return await self._answer_json(scope, msg, live)
+        if msg.method != "tools/call":
+            if scope.era == "modern":
+                return await self._answer_json(scope, msg, live)
+            # Legacy clients that accept SSE get it, as the SDK's own servers do (the conformance harness checks
+            # that concurrent POST streams work); a one-event stream costs next to nothing off the call path.
+            answer = await self._run(scope, msg, live)
+            answer.pop("_status", None)
+            return Response(encode_event(jsonrpc.dumps(answer), event="message"), media_type="text/event-stream",
+                            headers=SSE_HEADERS)
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         emitter: Emitter = StreamEmitter(queue, live if scope.era == "legacy" else None, self._ids)
         scope = d.Scope(**{**{f: getattr(scope, f) for f in scope.__slots__}, "emitter": emitter})
