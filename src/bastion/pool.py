@@ -102,6 +102,10 @@ class UpstreamPool:
         except RequestError as exc:
             log.warning("upstream.unavailable", upstream=name, error=exc.message, detail=exc.log_detail)
             self._up[name] = False
+            # A half-started upstream (a spawned child that never answered, a listener task) must not outlive
+            # this attempt: the next retry starts from scratch, so nothing accumulates.
+            with contextlib.suppress(Exception):
+                await member.upstream.close()
             return False
         self._lists[name] = lists
         self._up[name] = True

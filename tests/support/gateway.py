@@ -6,6 +6,7 @@ can read, so end-to-end tests assert on what an operator would see.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -21,6 +22,14 @@ import yaml
 from tests.support.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the gateway when the test process dies, so a killed test run leaves no orphan behind."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 class GatewayProcess:
@@ -48,7 +57,8 @@ class GatewayProcess:
     def start(self, *, timeout: float = 60.0, expect_ready: bool = True) -> GatewayProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bastion", "serve", "--config", str(self.config_path)],
-            cwd=REPO, env=self.env, stdout=self.stdout_path.open("wb"), stderr=self.stderr_path.open("wb"))
+            cwd=REPO, env=self.env, stdout=self.stdout_path.open("wb"), stderr=self.stderr_path.open("wb"),
+            preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
