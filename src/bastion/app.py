@@ -49,6 +49,7 @@ from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.redis_sessions import RedisSessionStore
 from bastion.server.sessions import MemorySessionStore, SessionData, SessionStore
+from bastion.server.state import StateSealer
 from bastion.settings import Settings
 from bastion.upstream.config import build_upstream
 from bastion.validation import InputSchemaGuard, OutputSchemaGuard, ValidationConfig
@@ -194,7 +195,7 @@ def create_app(settings: Settings) -> Starlette:
             raise
 
     gateway.emit_audit = audit_log.emit
-    dispatcher = Dispatcher(gateway)
+    dispatcher = Dispatcher(gateway, StateSealer(settings.sessions.state))
     endpoint = McpEndpoint(gateway, dispatcher, authenticate, on_session=on_session)
     components = Components(settings=settings, gateway=gateway, pool=pool, http=http, redis=redis_client,
                             metrics=metrics, closers=[audit_log])

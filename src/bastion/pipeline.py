@@ -135,9 +135,12 @@ class Pipeline:
                     result = await forward(ctx, record)
                 finally:
                     record.upstream_ms = (time.perf_counter() - sent) * 1000
-                for rguard in self.response_guards:
-                    record.stage = rguard.name
-                    result = await rguard.apply(ctx, result, record)
+                # An input_required result (2026-07-28) is a question for the client, not the tool's output:
+                # there is no structuredContent to validate yet; the guards see the final answer after the retry.
+                if result.get("resultType") != "input_required":
+                    for rguard in self.response_guards:
+                        record.stage = rguard.name
+                        result = await rguard.apply(ctx, result, record)
                 record.stage = "complete"
         except ToolError as exc:
             outcome = _STAGE_OUTCOME.get(record.stage, "error")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from bastion.errors import ConfigError
+from bastion.server.state import StateConfig
 from bastion.yamlfile import YamlDoc, expand_env, load_yaml_file, load_yaml_text
 
 T = TypeVar("T")
@@ -51,6 +52,8 @@ class CatalogueConfig:
 class SessionsConfig:
     idle_timeout_s: float = 3600.0
     max_sessions: int = 10_000
+    # requestState sealing for multi round-trip requests (server/state.py); replicas need one shared key.
+    state: StateConfig = field(default_factory=StateConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +209,14 @@ def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
     )
 
 
-def _sessions(data: Mapping[str, Any]) -> SessionsConfig:
-    check_keys(data, {"idle_timeout", "max_sessions"}, "sessions")
+def _sessions(data: Mapping[str, Any], env: Mapping[str, str]) -> SessionsConfig:
+    check_keys(data, {"idle_timeout", "max_sessions", "state_key", "state_ttl"}, "sessions")
+    if isinstance(data.get("state_key"), str):
+        data = {**data, "state_key": expand_env(data["state_key"], "sessions.state_key", env)}
     return SessionsConfig(
         idle_timeout_s=parse_duration(data.get("idle_timeout", 3600), "sessions.idle_timeout"),
         max_sessions=as_int(data.get("max_sessions", 10_000), "sessions.max_sessions", minimum=1),
+        state=StateConfig.from_mapping(data, "sessions", environ=env),
     )
 
 
@@ -290,7 +296,7 @@ def parse(data: Any, *, source: str, base_dir: Path, env: Mapping[str, str] | No
         upstreams=upstreams,
         redis_url=redis_url,
         catalogue=catalogue,
-        sessions=_sessions(as_mapping(root.get("sessions"), "sessions")),
+        sessions=_sessions(as_mapping(root.get("sessions"), "sessions"), environ),
         logging=_logging(as_mapping(root.get("logging"), "logging"), environ),
         policies=policies,
         sections=sections,

@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from bastion.upstream.stdio import StdioUpstream
+from tests.support import peers
 from tests.upstream.helpers import Inbox
-
-PACKAGE = "@modelcontextprotocol/server-everything"
 
 
 @pytest.fixture(scope="session")
 def everything_bin() -> Path:
-    """Installs the package once into a reusable cache directory ($PEERS_DIR, default /tmp/peers)."""
-    root = Path(os.environ.get("PEERS_DIR", "/tmp/peers")) / "everything"
-    binary = root / "node_modules" / ".bin" / "mcp-server-everything"
-    if binary.exists():
-        return binary
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.fail("npm is required to install the reference MCP server (server-everything); install Node.js")
-    root.mkdir(parents=True, exist_ok=True)
-    if not (root / "package.json").exists():
-        (root / "package.json").write_text('{"private": true}\n')
-    done = subprocess.run([npm, "install", "--no-audit", "--no-fund", PACKAGE], cwd=root, capture_output=True,
-                          text=True, timeout=300)
-    if done.returncode != 0 or not binary.exists():
-        pytest.fail(f"could not npm install {PACKAGE} into {root}:\n{done.stderr[-2000:]}")
-    return binary
+    return peers.everything_bin()
 
 
 async def test_reference_server_over_stdio(everything_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ import hmac
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -55,7 +55,7 @@ class StateConfig:
     """``key``: raw bytes (from config or env; ``None`` means a random per-process key). ``ttl_s``: how long a
     client has to answer the input requests and retry."""
 
-    key: bytes | None = None
+    key: bytes | None = field(default=None, repr=False)  # a secret: never in logs or reprs
     ttl_s: float = DEFAULT_TTL_S
 
     @classmethod
