@@ -11,7 +11,6 @@ import pytest
 from tests.support.gateway import REPO, GatewayProcess
 from tests.support.net import free_port, wait_for_port
 
-
 # Our fixture servers are built on the SDK's low-level Server, whose handlers answer in the handshake era's
 # shapes; they are pinned to the legacy era so era detection cannot misjudge them. Modern upstreams are tested
 # with fixtures written for that era.

@@ -6,6 +6,7 @@ can read, so end-to-end tests assert on what an operator would see.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -26,10 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _die_with_parent() -> None:
     """Linux: SIGTERM the gateway when the test process dies, so a killed test run leaves no orphan behind."""
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class GatewayProcess:
