@@ -1,92 +1,29 @@
-"""A real JWKS endpoint on loopback, and real key pairs made for the test run."""
+"""Real key pairs made for the test run, and a real JWKS endpoint on loopback (see tests/support/jwks.py)."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
+from tests.support.jwks import JwksServer, KeyPair, ec_pair, rsa_pair
 
-@dataclass
-class KeyPair:
-    kid: str
-    private: Any
-    public: Any
-    jwk: dict[str, Any]
-
-
-@dataclass
-class JwksServer:
-    """Serves ``keys`` at ``url``; counts requests in ``hits``."""
-
-    keys: list[dict[str, Any]] = field(default_factory=list)
-    hits: int = 0
-    httpd: ThreadingHTTPServer | None = None
-    thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.httpd is not None
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/jwks.json"
-
-    def start(self) -> JwksServer:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                owner.hits += 1
-                body = json.dumps({"keys": owner.keys}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self.httpd is not None and self.thread is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.thread.join(timeout=10)
-            self.thread = None
-
-
-def _jwk(public: Any, kid: str, algorithm: type[RSAAlgorithm] | type[ECAlgorithm]) -> dict[str, Any]:
-    jwk: dict[str, Any] = json.loads(algorithm.to_jwk(public))
-    jwk.update(kid=kid, use="sig")
-    return jwk
+__all__ = ["JwksServer", "KeyPair"]
 
 
 @pytest.fixture(scope="session")
 def rsa_key() -> KeyPair:
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return KeyPair("rsa-1", private, private.public_key(), _jwk(private.public_key(), "rsa-1", RSAAlgorithm))
+    return rsa_pair("rsa-1")
 
 
 @pytest.fixture(scope="session")
 def rsa_key_2() -> KeyPair:
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return KeyPair("rsa-2", private, private.public_key(), _jwk(private.public_key(), "rsa-2", RSAAlgorithm))
+    return rsa_pair("rsa-2")
 
 
 @pytest.fixture(scope="session")
 def ec_key() -> KeyPair:
-    private = ec.generate_private_key(ec.SECP256R1())
-    return KeyPair("ec-1", private, private.public_key(), _jwk(private.public_key(), "ec-1", ECAlgorithm))
+    return ec_pair("ec-1")
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from bastion.auth.credentials import CredentialRejected
 from bastion.auth.jwks import JwksCache
 from bastion.auth.jwt import JwtVerifier
 from bastion.errors import AuthenticationError
-from tests.auth.conftest import JwksServer, KeyPair
+from tests.support.jwks import JwksServer, KeyPair
 
 ISSUER = "https://idp.example"
 RESOURCE = "https://bastion.example/mcp"
