@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +31,7 @@ def defended(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProces
             "basic": stdio_upstream("tests.fixtures.basic_server"),
         },
         "pinning": {"file": str(workdir / "pins.json")},
+        "catalogue": {"refresh_interval": "1s"},  # so an approval made with the CLI shows up quickly
     }, workdir).start()
     gw.workdir_path = workdir  # type: ignore[attr-defined]
     yield gw
@@ -117,3 +120,20 @@ def test_a_changed_tool_definition_is_quarantined_until_approved(rpc: RpcClient,
     assert drift
     assert drift[-1]["tool"] == "echo"
     assert drift[-1]["action"] == "blocked"
+
+    # The admin's side, with the real CLI against the gateway's own config.
+    cli = [sys.executable, "-m", "bastion", "pins"]
+    config = ["--config", str(defended.config_path)]
+    listed = subprocess.run([*cli, "list", "--status", "quarantined", *config], capture_output=True, text=True,
+                            timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert "echo" in listed.stdout
+    diff = subprocess.run([*cli, "diff", "basic", "echo", *config], capture_output=True, text=True, timeout=60)
+    assert "~/.ssh/id_rsa" in diff.stdout
+    approved = subprocess.run([*cli, "approve", "basic", "echo", "--by", "admin", *config], capture_output=True,
+                              text=True, timeout=60)
+    assert approved.returncode == 0, approved.stderr
+    deadline = time.monotonic() + 20
+    while "basic__echo" not in rpc.tool_names() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert rpc.call("basic__echo", {"message": "approved"})["result"]["content"][0]["text"] == "approved"
