@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from bastion.errors import ConfigError
 from bastion.server.state import StateConfig
+from bastion.units import parse_duration, parse_size
 from bastion.yamlfile import YamlDoc, expand_env, load_yaml_file, load_yaml_text
 
 T = TypeVar("T")
@@ -129,44 +130,6 @@ def as_str_list(value: Any, path: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse_duration(value: Any, path: str) -> float:
-    """Seconds from ``30s``, ``500ms``, ``2m``, ``1h`` or a plain number of seconds."""
-    if isinstance(value, bool):
-        raise ConfigError("expected a duration such as 30s or 500ms", path=path)
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ConfigError("duration must not be negative", path=path)
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        for suffix, mult in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
-            if text.endswith(suffix):
-                number = text[: -len(suffix)].strip()
-                try:
-                    seconds = float(number) * mult
-                except ValueError:
-                    break
-                if seconds < 0:
-                    break
-                return seconds
-    raise ConfigError(f"invalid duration {value!r}; expected e.g. 30s, 500ms, 2m", path=path)
-
-
-def parse_size(value: Any, path: str) -> int:
-    """Bytes from ``4MB``, ``512KB``, ``1GiB`` or a plain integer."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str):
-        text = value.strip().upper().replace("IB", "B")
-        for suffix, mult in (("KB", 1024), ("MB", 1024**2), ("GB", 1024**3), ("B", 1)):
-            if text.endswith(suffix):
-                try:
-                    return int(float(text[: -len(suffix)]) * mult)
-                except ValueError:
-                    break
-    raise ConfigError(f"invalid size {value!r}; expected e.g. 4MB, 512KB or bytes", path=path)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Sections.
 
@@ -204,8 +167,10 @@ def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
         page_size=as_int(data.get("page_size", 500), "catalogue.page_size", minimum=1),
         separator=separator,
         on_collision=on_collision,
-        refresh_debounce_s=parse_duration(data.get("refresh_debounce", 0.2), "catalogue.refresh_debounce"),
-        refresh_interval_s=parse_duration(data.get("refresh_interval", 60), "catalogue.refresh_interval"),
+        refresh_debounce_s=parse_duration(data.get("refresh_debounce", 0.2), "catalogue.refresh_debounce",
+                                          allow_zero=True),
+        refresh_interval_s=parse_duration(data.get("refresh_interval", 60), "catalogue.refresh_interval",
+                                          allow_zero=True),
     )
 
 

@@ -6,7 +6,6 @@ from typing import Any
 import pytest
 
 from bastion.auth import AuthConfig, hash_key, is_loopback_host
-from bastion.auth.config import parse_duration
 from bastion.errors import ConfigError
 
 HASH = hash_key("bst_example")
@@ -149,15 +148,3 @@ def test_keys_file_errors(tmp_path: Path) -> None:
     plain = error({"api_keys_file": "plain.yaml"}, base_dir=tmp_path)
     assert plain.source == str(tmp_path / "plain.yaml")
     assert plain.path == "api_keys[0].key"
-
-
-@pytest.mark.parametrize(("value", "seconds"), [(30, 30.0), ("30s", 30.0), ("500ms", 0.5), ("5m", 300.0),
-                                                ("1h", 3600.0), (1.5, 1.5)])
-def test_durations(value: Any, seconds: float) -> None:
-    assert parse_duration(value, "x") == seconds
-
-
-@pytest.mark.parametrize("value", ["soon", "-5s", True, "5d", -1])
-def test_bad_durations(value: Any) -> None:
-    with pytest.raises(ConfigError):
-        parse_duration(value, "x")

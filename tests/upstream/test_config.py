@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from bastion.errors import ConfigError
-from bastion.upstream.config import UpstreamConfig, build_upstream, parse_duration
+from bastion.upstream.config import UpstreamConfig, build_upstream
 from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.sse_legacy import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
@@ -76,18 +76,6 @@ def test_bad_upstream_name() -> None:
     with pytest.raises(ConfigError) as info:
         parse({"command": ["x"]}, name="My Server")
     assert info.value.path == "upstreams.My Server"
-
-
-@pytest.mark.parametrize(("value", "seconds"), [("30s", 30), ("500ms", 0.5), ("2m", 120), ("1h", 3600), (5, 5),
-                                                (1.5, 1.5), ("10", 10)])
-def test_durations(value: Any, seconds: float) -> None:
-    assert parse_duration(value, "p") == seconds
-
-
-@pytest.mark.parametrize("value", [0, -1, True, "3 weeks", None])
-def test_bad_durations(value: Any) -> None:
-    with pytest.raises(ConfigError):
-        parse_duration(value, "p")
 
 
 async def test_factory_builds_each_transport() -> None:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,13 +22,11 @@ import redis.asyncio
 from bastion.audit.log import AuditLog
 from bastion.audit.sinks import AuditSink, FileSink, RedisStreamSink, StdoutSink
 from bastion.errors import ConfigError
+from bastion.units import parse_size
 
 __all__ = ["AuditConfig", "FileSinkConfig", "RedisStreamSinkConfig", "SinkConfig", "StdoutSinkConfig",
            "build_audit_log", "parse_size"]
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-               "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3}
 _TOP_KEYS = frozenset({"sinks", "required", "log_arguments", "failure_report_interval_s"})
 _FILE_KEYS = frozenset({"file", "max_bytes", "backups", "fsync"})
 _REDIS_KEYS = frozenset({"redis_stream", "maxlen", "timeout_ms"})
@@ -114,17 +111,6 @@ def build_audit_log(cfg: AuditConfig, redis_client: redis.asyncio.Redis | None, 
                     report_interval_s=cfg.failure_report_interval_s, on_sink_failure=on_sink_failure)
 
 
-def parse_size(value: Any, path: str) -> int:
-    """``52428800``, ``50MB`` (10^6), ``50MiB`` (2^20). Must be positive."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        size = value
-    elif isinstance(value, str) and (m := _SIZE.match(value)):
-        size = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
-    else:
-        raise ConfigError(f"invalid size {value!r}; expected bytes or e.g. '50MB', '10MiB'", path=path)
-    if size <= 0:
-        raise ConfigError("must be positive", path=path)
-    return size
 
 
 def _parse_sink(item: Any, path: str) -> SinkConfig:

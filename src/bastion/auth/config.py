@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from bastion.errors import ConfigError
+from bastion.units import parse_duration
 
 AuthMode = Literal["none", "enabled"]
 
@@ -32,8 +33,6 @@ _KEY_ID_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,200}")
 # RFC 6749 §3.3 scope-token; also keeps scopes safe to quote inside a WWW-Authenticate header.
 _SCOPE_RE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
 _URL_UNSAFE_RE = re.compile(r'[\s"\\<>]')
-_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 # Asymmetric algorithms only. HS* would need a secret shared with the IdP and, worse, invites the classic
 # algorithm-confusion attack (an HMAC "signed" with the public key); ``none`` is no signature at all.
@@ -187,21 +186,6 @@ def load_keys_file(value: object, path: str, base_dir: Path | None = None) -> li
         return list(_parse_key_entries(doc if doc is not None else [], "api_keys"))
     except ConfigError as exc:
         raise ConfigError(exc.message, source=str(file), path=exc.path) from None
-
-
-def parse_duration(value: object, path: str) -> float:
-    """Seconds from ``30``, ``30s``, ``500ms``, ``5m`` or ``1h``."""
-    if isinstance(value, bool):
-        raise ConfigError("expected a duration such as '30s'", path=path)
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION_RE.fullmatch(value)):
-        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
-    else:
-        raise ConfigError(f"expected a duration such as '30s', got {value!r}", path=path)
-    if seconds < 0:
-        raise ConfigError("a duration cannot be negative", path=path)
-    return seconds
 
 
 def _parse_key_entries(value: object, path: str) -> list[ApiKeyEntry]:

@@ -10,10 +10,9 @@ from typing import Any
 from bastion.errors import ConfigError
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_concurrency, parse_limit
 from bastion.ratelimit.redis_limiter import FailureMode
+from bastion.units import parse_duration
 
 _KEYS = frozenset({"failure_mode", "timeout", "key_prefix", "defaults", "concurrency", "lease_ttl"})
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:{}-]{1,64}$")
 
 
@@ -43,8 +42,8 @@ class RateLimitConfig:
         if not isinstance(prefix, str) or not _PREFIX.match(prefix):
             raise ConfigError("key_prefix must be 1-64 characters of letters, digits and _.:{}-",
                               path=f"{path}.key_prefix")
-        timeout_s = _duration(data.get("timeout", 0.05), f"{path}.timeout")
-        lease_ttl_s = _duration(data.get("lease_ttl", 30.0), f"{path}.lease_ttl")
+        timeout_s = parse_duration(data.get("timeout", 0.05), f"{path}.timeout")
+        lease_ttl_s = parse_duration(data.get("lease_ttl", 30.0), f"{path}.lease_ttl")
         if lease_ttl_s < 0.1:
             raise ConfigError("lease_ttl must be at least 100ms", path=f"{path}.lease_ttl")
         defaults = tuple(parse_limit(item, f"{path}.defaults[{i}]")
@@ -77,17 +76,3 @@ def _unique(names: list[str], path: str) -> None:
         seen.add(name)
 
 
-def _duration(value: Any, path: str) -> float:
-    """``50ms``, ``2s``, ``1m``, or a bare number of seconds."""
-    if isinstance(value, bool):
-        raise ConfigError(f"expected a duration such as '50ms' or '30s', got {value!r}", path=path)
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        m = _DURATION.match(str(value))
-        if not m:
-            raise ConfigError(f"expected a duration such as '50ms' or '30s', got {value!r}", path=path)
-        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-    if seconds <= 0:
-        raise ConfigError("duration must be positive", path=path)
-    return seconds
