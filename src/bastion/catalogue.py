@@ -226,7 +226,8 @@ def decode_cursor(cursor: Any) -> str:
         raise InvalidParams("Invalid cursor")
     body = cursor[len(_CURSOR_PREFIX):]
     try:
-        return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
+        # validate=True: a cursor with characters outside the alphabet is malformed, not silently trimmed.
+        return base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise InvalidParams("Invalid cursor") from None
 

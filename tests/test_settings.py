@@ -1,0 +1,100 @@
+"""The config file: strictness, locations in errors, environment, and the bastion check command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bastion import settings
+from bastion.errors import ConfigError
+
+BASE = "upstreams:\n  files:\n    command: [python, server.py]\n"
+
+
+def load(text: str, tmp_path: Path, env: dict[str, str] | None = None) -> settings.Settings:
+    path = tmp_path / "bastion.yaml"
+    path.write_text(text)
+    return settings.load(path, env=env or {})
+
+
+def test_minimal_config_has_safe_defaults(tmp_path: Path) -> None:
+    cfg = load(BASE, tmp_path)
+    assert (cfg.listen.host, cfg.listen.port, cfg.listen.path) == ("127.0.0.1", 8080, "/mcp")
+    assert cfg.upstreams[0].prefix == "files"
+    assert cfg.upstreams[0].cwd == str(tmp_path)
+    assert cfg.redis_url is None
+    assert cfg.section("auth").mode == "none"
+
+
+@pytest.mark.parametrize(("text", "line", "path", "fragment"), [
+    (BASE + "listen:\n  hots: 0.0.0.0\n", 5, "listen.hots", "unknown key"),
+    (BASE + "catalog: {}\n", 4, "catalog", "unknown key"),
+    (BASE + "    comand: [x]\n", 4, "upstreams.files.comand", "unknown key"),
+    (BASE + "listen:\n  port: 80\n  port: 81\n", 6, "listen.port", "duplicate key"),
+    (BASE + "catalogue:\n  on_collision: maybe\n", 5, "catalogue.on_collision", "first"),
+])
+def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, path: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(text, tmp_path)
+    err = info.value
+    assert err.source == str(tmp_path / "bastion.yaml")
+    assert err.line == line
+    assert err.path == path
+    assert fragment in err.message
+    assert str(err).startswith(f"{tmp_path / 'bastion.yaml'}:{line} [{path}]")
+
+
+def test_environment_references_and_overrides(tmp_path: Path) -> None:
+    text = BASE.replace("command: [python, server.py]", 'url: "https://${HOST}/mcp"\n    headers: '
+                        '{Authorization: "Bearer ${TOKEN}"}') + 'redis: {url: "redis://${REDIS:-127.0.0.1}:6379/0"}\n'
+    cfg = load(text, tmp_path, {"HOST": "mcp.example", "TOKEN": "t0k", "BASTION_PORT": "9090",
+                                "BASTION_LOG_FORMAT": "json"})
+    assert cfg.upstreams[0].url == "https://mcp.example/mcp"
+    assert cfg.upstreams[0].headers["Authorization"] == "Bearer t0k"
+    assert cfg.redis_url == "redis://127.0.0.1:6379/0"
+    assert cfg.listen.port == 9090
+    assert cfg.logging.format == "json"
+    with pytest.raises(ConfigError) as info:
+        load(text, tmp_path, {"HOST": "x"})
+    assert "TOKEN" in info.value.message
+
+
+def test_two_upstreams_with_one_prefix_are_refused(tmp_path: Path) -> None:
+    text = BASE + "    prefix: shared\n  other:\n    url: http://127.0.0.1:1/mcp\n    prefix: shared\n"
+    with pytest.raises(ConfigError) as info:
+        load(text, tmp_path)
+    assert info.value.path == "upstreams.other.prefix"
+
+
+def test_a_public_listener_needs_auth_configured(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(BASE + "listen: {host: 0.0.0.0}\n", tmp_path)
+    assert "auth" in info.value.message
+    assert load(BASE + "listen: {host: 0.0.0.0}\nauth: none\n", tmp_path).listen.host == "0.0.0.0"
+
+
+def test_check_command_reports_ok_and_errors(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(BASE)
+    done = subprocess.run([sys.executable, "-m", "bastion", "check", "--config", str(good)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0
+    assert "OK" in done.stdout
+    assert "no 'policies'" in done.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BASE + "listen:\n  prot: 1\n")
+    done = subprocess.run([sys.executable, "-m", "bastion", "check", "--config", str(bad)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"{bad}:5 [listen.prot]: unknown key 'prot'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_every_example_config_is_valid(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    for config in [root / "examples/demo/bastion.yaml", *sorted((root / "bench/scenarios").glob("*.yaml"))]:
+        env = {"BASTION_REDIS_URL": "redis://127.0.0.1:6379/0"} if "redis" in config.name else {}
+        settings.load(config, env=env)
