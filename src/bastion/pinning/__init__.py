@@ -1,8 +1,8 @@
 """Tool-definition pinning: trust on first use, quarantine on change, admin approval.
 
 The core wires it as: ``Pinning(open_store(cfg, redis), cfg)``; ``await pinning.reconcile(upstream, tools)`` after
-every tools/list refresh of an upstream (hide ``outcome.quarantined``, audit ``outcome.events``); and
-``PinGuard(snapshot)`` in the request guards.
+every tools/list refresh of an upstream (``bastion.views.PinTools``), which puts ``outcome.quarantined`` in the
+view's quarantine map (enforced for lists and calls by ``bastion.quarantine.QuarantineGuard``) and audits drift.
 """
 
 from bastion.pinning.config import PinningConfig
@@ -15,7 +15,6 @@ from bastion.pinning.errors import (
     PinStoreUnavailable,
 )
 from bastion.pinning.fingerprint import FINGERPRINTED_FIELDS, diff, fingerprint
-from bastion.pinning.guard import PinGuard, QuarantineSnapshot
 from bastion.pinning.model import Candidate, Pin, PinEvent, PinnedTool
 from bastion.pinning.service import Pinning, PinOutcome
 from bastion.pinning.store import FilePinStore, PinStore, RedisPinStore, open_store
@@ -28,7 +27,6 @@ __all__ = [
     "NothingPending",
     "Pin",
     "PinEvent",
-    "PinGuard",
     "PinNotFound",
     "PinOutcome",
     "PinStore",
@@ -38,7 +36,6 @@ __all__ = [
     "Pinning",
     "PinningConfig",
     "PinningError",
-    "QuarantineSnapshot",
     "RedisPinStore",
     "diff",
     "fingerprint",
