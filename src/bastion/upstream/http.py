@@ -1,10 +1,11 @@
 """An upstream MCP server over Streamable HTTP, in its handshake era (2025-03-26 … 2025-11-25).
 
-Each request is one POST on the shared, pooled ``httpx.AsyncClient``; the answer is either one JSON object or an
-SSE stream that carries the request's related notifications and server requests before its response. Server
-requests are answered by POSTing the JSON-RPC response. A 404 on a request that carried our session id means
-the server forgot the session (typically it restarted): we initialize again and retry that request once. A GET
-stream, when the server offers one, brings unrelated notifications such as ``tools/list_changed``.
+Each request is one POST, on the upstream's lean keep-alive pool (``h1pool``) when it has one, else on the shared
+``httpx.AsyncClient``; the answer is either one JSON object or an SSE stream that carries the request's related
+notifications and server requests before its response. Server requests are answered by POSTing the JSON-RPC
+response. A 404 on a request that carried our session id means the server forgot the session (typically it
+restarted): we initialize again and retry that request once. A GET stream, when the server offers one, brings
+unrelated notifications such as ``tools/list_changed``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
@@ -22,8 +24,9 @@ from bastion import __version__
 from bastion.errors import UpstreamUnavailable
 from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.h1pool import H1Pool, Target
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
-from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, sse_events
+from bastion.upstream.httpio import STREAM_TIMEOUT, ResponseLike, http_errors, is_event_stream, sse_events
 from bastion.upstream.session import Pending, RpcSession
 from bastion.upstream.supervisor import Backoff
 
@@ -33,16 +36,21 @@ log = structlog.get_logger("bastion.upstream")
 
 LIST_CHANGED = "notifications/tools/list_changed"
 SESSION_HEADER = "Mcp-Session-Id"
+# httpx's headers are case-insensitive, the lean pool's are lower-cased: the lower-case name reads both.
+SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 VERSION_HEADER = "MCP-Protocol-Version"
 
 
 class HttpUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
-                 backoff_max: float = 30.0) -> None:
+                 backoff_max: float = 30.0, fast: H1Pool | None = None) -> None:
         self.name = name
         self._url = url
         self._client = client
+        # POSTs go through the lean keep-alive pool when there is one; httpx keeps the GET stream and DELETE.
+        self._fast = fast
+        self._target = Target.parse(url) if fast is not None else None
         self._init_timeout = init_timeout
         self._listen_enabled = listen
         self._backoff = Backoff(backoff_initial, backoff_max)
@@ -135,17 +143,15 @@ class HttpUpstream:
     async def _exchange(self, pending: Pending) -> bool:
         """POST one request and read its answer into the session. True when the server forgot our session."""
         with http_errors(self.name, "POST"):
-            async with self._client.stream("POST", self._url, content=orjson.dumps(pending.message),
-                                           headers=self._headers, timeout=STREAM_TIMEOUT) as response:
+            async with self._post(orjson.dumps(pending.message)) as response:
                 status = response.status_code
                 if status == 404 and SESSION_HEADER in self._headers:
-                    await response.aclose()
                     return True
                 if status >= 300:
                     await self._refused(response, pending)
                     return False
                 if pending.message["method"] == "initialize":
-                    self._session_id = response.headers.get(SESSION_HEADER)
+                    self._session_id = response.headers.get(SESSION_HEADER_LOWER)
                 if is_event_stream(response):
                     await self._read_stream(response, pending)
                 else:
@@ -154,7 +160,12 @@ class HttpUpstream:
             raise UpstreamUnavailable(self.name, log_detail="response ended without an answer")
         return False
 
-    async def _read_stream(self, response: httpx.Response, pending: Pending) -> None:
+    def _post(self, body: bytes) -> AbstractAsyncContextManager[ResponseLike]:
+        if self._fast is not None and self._target is not None:
+            return self._fast.post(self._target, self._headers, body)
+        return self._client.stream("POST", self._url, content=body, headers=self._headers, timeout=STREAM_TIMEOUT)
+
+    async def _read_stream(self, response: ResponseLike, pending: Pending) -> None:
         async for event in sse_events(response):
             if event.event == "message" and event.data:
                 await self._rpc.handle(orjson.loads(event.data), related=pending)
@@ -162,7 +173,7 @@ class HttpUpstream:
                     # The answer is in; the server ends the stream after it, and waiting for that is pointless.
                     return
 
-    async def _refused(self, response: httpx.Response, pending: Pending) -> None:
+    async def _refused(self, response: ResponseLike, pending: Pending) -> None:
         body = await response.aread()
         try:
             message = orjson.loads(body)
@@ -176,10 +187,11 @@ class HttpUpstream:
 
     async def _post_message(self, message: dict[str, Any]) -> None:
         with http_errors(self.name, "POST"):
-            response = await self._client.post(self._url, content=orjson.dumps(message), headers=self._headers,
-                                               timeout=STREAM_TIMEOUT)
-        if response.status_code >= 300:
-            raise UpstreamUnavailable(self.name, log_detail=f"HTTP {response.status_code} to a notification")
+            async with self._post(orjson.dumps(message)) as response:
+                status = response.status_code
+                await response.aread()
+        if status >= 300:
+            raise UpstreamUnavailable(self.name, log_detail=f"HTTP {status} to a notification")
 
     # -- the GET stream --------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import httpx
 
 from bastion.errors import UpstreamUnavailable
 from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamEra, UpstreamInfo
+from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.http import HttpUpstream
 from bastion.upstream.http_modern import ModernHttpUpstream
 
@@ -24,12 +25,15 @@ __all__ = ["AutoHttpUpstream"]
 class AutoHttpUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  era: EraSetting = "auto", init_timeout: float = 30.0, listen: bool = True,
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0) -> None:
+                 backoff_initial: float = 0.5, backoff_max: float = 30.0, fast: H1Pool | None = None) -> None:
+        """``fast``: a keep-alive pool for this upstream's POSTs (see ``h1pool``); this upstream owns it and
+        closes it in ``close``. Without one, every request goes through ``client``."""
         self.name = name
+        self._fast = fast
         self._modern = ModernHttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
-                                          backoff_initial=backoff_initial, backoff_max=backoff_max)
+                                          backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast)
         self._legacy = HttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
-                                    backoff_initial=backoff_initial, backoff_max=backoff_max)
+                                    backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast)
         self._era: UpstreamEra | None = None if era == "auto" else era
         self._active: ModernHttpUpstream | HttpUpstream | None = None
 
@@ -63,3 +67,5 @@ class AutoHttpUpstream:
     async def close(self) -> None:
         await self._modern.close()
         await self._legacy.close()
+        if self._fast is not None:
+            await self._fast.aclose()

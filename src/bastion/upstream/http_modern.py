@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
@@ -21,8 +22,9 @@ import structlog
 from bastion import __version__
 from bastion.errors import HEADER_MISMATCH, UpstreamRpcError, UpstreamUnavailable
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.h1pool import H1Pool, Target
 from bastion.upstream.headers import request_headers
-from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, sse_events
+from bastion.upstream.httpio import STREAM_TIMEOUT, ResponseLike, http_errors, is_event_stream, sse_events
 from bastion.upstream.modern import (
     MODERN_VERSION,
     Verdict,
@@ -40,6 +42,7 @@ __all__ = ["ModernHttpUpstream"]
 log = structlog.get_logger("bastion.upstream")
 
 DISCOVER = "server/discover"
+LISTEN = "subscriptions/listen"
 
 
 async def _ignore(method: str, params: Mapping[str, Any]) -> None:
@@ -49,10 +52,13 @@ async def _ignore(method: str, params: Mapping[str, Any]) -> None:
 class ModernHttpUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
-                 backoff_max: float = 30.0) -> None:
+                 backoff_max: float = 30.0, fast: H1Pool | None = None) -> None:
         self.name = name
         self._url = url
         self._client = client
+        # Short POSTs go through the lean keep-alive pool when there is one; the long-lived listen stays on httpx.
+        self._fast = fast
+        self._target = Target.parse(url) if fast is not None else None
         self._init_timeout = init_timeout
         self._listen_enabled = listen
         self._base_headers = {**headers, "Accept": "application/json, text/event-stream",
@@ -150,9 +156,7 @@ class ModernHttpUpstream:
 
     async def _probe(self, pending: Pending) -> tuple[int, Any]:
         with http_errors(self.name, "POST"):
-            async with self._client.stream("POST", self._url, content=orjson.dumps(pending.message),
-                                           headers=self._headers_for(pending.message),
-                                           timeout=STREAM_TIMEOUT) as response:
+            async with self._post(pending.message) as response:
                 if is_event_stream(response):
                     async for event in sse_events(response):
                         if event.event == "message" and event.data:
@@ -170,9 +174,7 @@ class ModernHttpUpstream:
         # Leaving this block closes the response; when that happens early (timeout, cancelled caller) it is the
         # request's cancellation.
         with http_errors(self.name, "POST"):
-            async with self._client.stream("POST", self._url, content=orjson.dumps(pending.message),
-                                           headers=self._headers_for(pending.message),
-                                           timeout=STREAM_TIMEOUT) as response:
+            async with self._post(pending.message) as response:
                 if response.status_code >= 300:
                     await self._refused(response, pending)
                 elif is_event_stream(response):
@@ -186,7 +188,14 @@ class ModernHttpUpstream:
         if not pending.future.done():
             raise UpstreamUnavailable(self.name, log_detail="response ended without an answer")
 
-    async def _refused(self, response: httpx.Response, pending: Pending) -> None:
+    def _post(self, message: Mapping[str, Any]) -> AbstractAsyncContextManager[ResponseLike]:
+        body = orjson.dumps(message)
+        headers = self._headers_for(message)
+        if self._fast is not None and self._target is not None and message["method"] != LISTEN:
+            return self._fast.post(self._target, headers, body)
+        return self._client.stream("POST", self._url, content=body, headers=headers, timeout=STREAM_TIMEOUT)
+
+    async def _refused(self, response: ResponseLike, pending: Pending) -> None:
         body = await response.aread()
         try:
             message = orjson.loads(body)

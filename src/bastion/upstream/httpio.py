@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -12,13 +13,28 @@ import orjson
 from bastion.errors import UpstreamUnavailable
 from bastion.sse import SseDecoder, SseEvent
 
-__all__ = ["STREAM_TIMEOUT", "http_errors", "is_event_stream", "same_origin", "sse_events"]
+__all__ = ["STREAM_TIMEOUT", "ResponseLike", "http_errors", "is_event_stream", "same_origin", "sse_events"]
 
 # Our own asyncio deadline governs each request; httpx's read timeout would cut long SSE streams that are merely
 # quiet (a slow tool between progress events), so only connecting and writing are bounded here.
 STREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=10.0)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class ResponseLike(Protocol):
+    """What the transports read from an answer, whether httpx's ``Response`` or ``h1pool.H1Response``. Header
+    lookups use lower-case names, which both serve."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
 
 
 @contextmanager
@@ -32,7 +48,7 @@ def http_errors(upstream: str, what: str) -> Iterator[None]:
         raise UpstreamUnavailable(upstream, log_detail=f"{what}: malformed JSON: {exc}") from None
 
 
-async def sse_events(response: httpx.Response, decoder: SseDecoder | None = None) -> AsyncIterator[SseEvent]:
+async def sse_events(response: ResponseLike, decoder: SseDecoder | None = None) -> AsyncIterator[SseEvent]:
     decoder = decoder or SseDecoder()
     async for chunk in response.aiter_bytes():
         for event in decoder.feed(chunk):
@@ -53,6 +69,6 @@ def same_origin(a: str, b: str) -> bool:
         return False
 
 
-def is_event_stream(response: httpx.Response) -> bool:
+def is_event_stream(response: ResponseLike) -> bool:
     content_type: str = response.headers.get("content-type", "")
     return content_type.lower().startswith("text/event-stream")
