@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from bastion.audit.config import AuditConfig, build_audit_log
 from bastion.audit.hook import CallAuditor
-from bastion.audit.record import AuthFailureReason, auth_failure_record, session_record
+from bastion.audit.record import AuthFailureReason, auth_failure_record, policy_reload_record, session_record
 from bastion.auth import build_authenticator, metadata_paths, protected_resource_metadata
 from bastion.auth.config import AuthConfig
 from bastion.errors import AuthenticationError
@@ -34,7 +34,7 @@ from bastion.gateway import Gateway
 from bastion.metrics import Metrics
 from bastion.pinning import Pinning, PinningConfig, open_store
 from bastion.pipeline import Pipeline, RequestGuard, ResponseGuard
-from bastion.policy import load_policies
+from bastion.policy import PolicySet, load_policies
 from bastion.policy.guard import PolicyAccess, PolicyGuard, PolicyHolder
 from bastion.policy.watch import PolicyWatcher
 from bastion.pool import Member, UpstreamPool
@@ -103,7 +103,28 @@ def create_app(settings: Settings) -> Starlette:
     if settings.policies:
         # Fail hard at start-up: a gateway must never serve with a policy it could not read.
         holder = PolicyHolder(load_policies(settings.policies))
-        watcher = PolicyWatcher(settings.policies, holder.swap, initial=holder.current)
+        policy_holder = holder
+        background: set[asyncio.Task[None]] = set()
+
+        def audit_soon(record: dict[str, Any]) -> None:
+            # The watcher reports synchronously; the audit write is scheduled, and kept referenced until done.
+            task = asyncio.get_running_loop().create_task(audit_log.emit(record))
+            background.add(task)
+            task.add_done_callback(background.discard)
+
+        def reloaded(policy: PolicySet) -> None:
+            policy_holder.swap(policy)
+            metrics.policy_reloaded("applied")
+            audit_soon(policy_reload_record(at=time.time(), outcome="applied", source=",".join(policy.files),
+                                            digest=policy.version, rules=len(policy.rules)))
+
+        def rejected(error: str) -> None:
+            metrics.policy_reloaded("rejected")
+            audit_soon(policy_reload_record(at=time.time(), outcome="rejected",
+                                            source=",".join(str(p) for p in settings.policies), error=error,
+                                            digest=policy_holder.current.version))
+
+        watcher = PolicyWatcher(settings.policies, reloaded, initial=holder.current, on_failure=rejected)
         log.info("policy.loaded", version=holder.current.version, files=list(holder.current.files))
     else:
         log.warning("policy.disabled", detail="no 'policies' configured: every authenticated principal may call "

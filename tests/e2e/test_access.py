@@ -158,4 +158,7 @@ def test_policy_hot_reload_applies_and_a_broken_edit_keeps_the_last_good(secured
         time.sleep(0.2)
     assert "policy.reload_failed" in secured.stderr()
     assert "basic__echo" in bob.tool_names()
+    reloads = secured.wait_records("policy.reload", 2)
+    assert [r["outcome"] for r in reloads][-2:] == ["applied", "rejected"]
+    assert "effect" in reloads[-1]["error"]
     rules.write_text(POLICY)

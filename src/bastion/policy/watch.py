@@ -37,16 +37,19 @@ class _State:
 
 
 class PolicyWatcher:
-    """Watch ``paths`` and call ``on_reload`` with every new valid policy set.
+    """Watch ``paths`` and call ``on_reload`` with every new valid policy set (``on_failure`` with the error of
+    every new broken version).
 
     With ``initial`` given (the set the gateway started with), only changes are reported; without it the first
     poll loads and reports the current files.
     """
 
     def __init__(self, paths: Sequence[Path], on_reload: Callable[[PolicySet], None], interval: float = 1.0,
-                 *, initial: PolicySet | None = None, full_check_every: int = 10) -> None:
+                 *, initial: PolicySet | None = None, full_check_every: int = 10,
+                 on_failure: Callable[[str], None] | None = None) -> None:
         self._paths = list(paths)
         self._on_reload = on_reload
+        self._on_failure = on_failure
         self._interval = interval
         self._full_check_every = max(1, full_check_every)
         self._polls = 0
@@ -71,9 +74,13 @@ class PolicyWatcher:
     async def run(self) -> None:
         """Poll until cancelled. File reads and compiling run in a worker thread; ``on_reload`` in the loop."""
         while True:
+            before = self._state.error
             new = await asyncio.to_thread(self._poll)
             if new is not None:
                 self._on_reload(new)
+            elif self._on_failure is not None and self._state.error and self._state.error != before:
+                # Reported once per broken version, in the loop (the poll itself ran in a worker thread).
+                self._on_failure(self._state.error)
             await asyncio.sleep(self._interval)
 
     def reload_now(self) -> bool:
