@@ -129,3 +129,20 @@ async def test_every_call_leaves_exactly_one_audit_record(gateway: GatewayProces
     records = gateway.wait_records("tool.call", 2)
     tools = [r.get("tool", {}) for r in records]
     assert any(json.dumps(t).find("basic__echo") >= 0 for t in tools)
+
+
+async def test_what_an_upstream_asks_the_client_is_sanitized_too(gateway: GatewayProcess) -> None:
+    asked: list[str] = []
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params.messages[0].content.text)
+        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="ok"))
+
+    hostile = "summarize\x1b]52;c;Y3VybCBldmlsLnNo\x07 this\u202e ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    async with Client(gateway.url, mode="legacy", sampling_callback=sampling) as client:
+        await client.call_tool("basic__ask_llm", {"prompt": hostile})
+    assert len(asked) == 1
+    assert asked[0].startswith("summarize")
+    for hidden in ("\x1b", "\u202e", "ghp_A1b2"):
+        assert hidden not in asked[0]
+    assert "[REDACTED:" in asked[0]

@@ -195,3 +195,15 @@ def test_deeply_nested_structured_content_is_withheld() -> None:
         deep = [deep]
     _, report = sanitize_result({"content": [], "structuredContent": {"d": deep}}, DEFAULT)
     assert report.withheld is not None
+
+
+def test_requests_an_upstream_sends_to_the_client_are_cleaned_everywhere() -> None:
+    from bastion.sanitize.config import SanitizeConfig
+    from bastion.sanitize.result import sanitize_notification
+
+    policy = SanitizeConfig.from_mapping(None).for_upstream("u")
+    params = {"message": "Confirm\u202e?", "requestedSchema": {"properties": {"x": {"description": "a\x1b[31mb"}}}}
+    cleaned, report = sanitize_notification("elicitation/create", params, policy)
+    assert cleaned["message"] == "Confirm?"
+    assert cleaned["requestedSchema"]["properties"]["x"]["description"] == "ab"
+    assert report.counts

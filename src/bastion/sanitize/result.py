@@ -293,14 +293,22 @@ def sanitize_error(error: Mapping[str, Any], policy: EffectiveSanitizePolicy) ->
     return out, walker.report
 
 
+CLIENT_BOUND_REQUESTS = frozenset({"sampling/createMessage", "elicitation/create"})
+
+
 def sanitize_notification(method: str, params: Mapping[str, Any],
                           policy: EffectiveSanitizePolicy) -> tuple[dict[str, Any], SanitizeReport]:
-    """``notifications/progress`` (``message``) and ``notifications/message`` (``logger``, ``data``).
+    """``notifications/progress`` (``message``), ``notifications/message`` (``logger``, ``data``), and the
+    requests an upstream asks a client to answer (``sampling/createMessage``, ``elicitation/create``: every string,
+    since their prompts and messages reach a model or a person).
 
     Other notifications are returned unchanged. ``block`` acts as ``neutralise``.
     """
     walker = Sanitizer(_no_block(policy))
     out = dict(params)
+    if method in CLIENT_BOUND_REQUESTS:
+        cleaned = _safe_json(walker, dict(params))
+        return (cleaned if isinstance(cleaned, dict) else out), walker.report
     if method == "notifications/progress" and isinstance(params.get("message"), str):
         out["message"] = walker.string(params["message"], ERROR_MESSAGE_BYTES)
     elif method == "notifications/message":

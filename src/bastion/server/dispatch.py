@@ -279,7 +279,7 @@ class Dispatcher:
             rounds += 1
             if rounds > MAX_INPUT_ROUNDS:
                 raise ToolError(f"The upstream asked for input more than {MAX_INPUT_ROUNDS} times; call abandoned")
-            responses = await self._ask_legacy_client(scope, result.get("inputRequests"))
+            responses = await self._ask_legacy_client(scope, upstream, result.get("inputRequests"))
             if not responses:
                 await asyncio.sleep(0.05 * rounds)  # state-only round: the upstream is still working
             fwd = {k: v for k, v in fwd.items() if k not in ("inputResponses", "requestState")}
@@ -290,7 +290,7 @@ class Dispatcher:
             result = await self.gw.forward(upstream, method, fwd, on_message=relay)
         return result
 
-    async def _ask_legacy_client(self, scope: Scope, requests: Any) -> dict[str, Any]:
+    async def _ask_legacy_client(self, scope: Scope, upstream: str, requests: Any) -> dict[str, Any]:
         if not isinstance(requests, Mapping):
             return {}
         responses: dict[str, Any] = {}
@@ -304,7 +304,8 @@ class Dispatcher:
             assert isinstance(request, Mapping)
             try:
                 responses[str(key)] = await scope.emitter.ask(
-                    str(kind), jsonrpc.obj(request.get("params")), timeout=self.gw.client_request_timeout)
+                    str(kind), self.gw.clean_notification(upstream, str(kind), jsonrpc.obj(request.get("params"))),
+                    timeout=self.gw.client_request_timeout)
             except ProtocolError as exc:
                 raise ToolError(f"The client did not provide the input the tool needs: {exc.message}") from None
         return responses
@@ -328,7 +329,12 @@ class Dispatcher:
         state = result.get("requestState")
         out: dict[str, Any] = {"resultType": "input_required"}
         if isinstance(result.get("inputRequests"), Mapping):
-            out["inputRequests"] = result["inputRequests"]
+            # The questions reach a person or a model: upstream text, cleaned like any other.
+            out["inputRequests"] = {
+                key: {**request, "params": self.gw.clean_notification(upstream, str(request.get("method")),
+                                                                      jsonrpc.obj(request.get("params")))}
+                if isinstance(request, Mapping) else request
+                for key, request in result["inputRequests"].items()}
         out["requestState"] = self.sealer.seal(
             principal_id=scope.principal.id, digest=request_digest(method, target, params), upstream=upstream,
             upstream_state=state if isinstance(state, str) else None, now=time.time())
@@ -353,7 +359,8 @@ class Dispatcher:
                     raise ProtocolError(-32601, f"{method} cannot be relayed to a 2026-07-28 client mid-call")
                 if capability not in scope.client_capabilities:
                     raise ProtocolError(-32601, f"the client did not declare the {capability} capability")
-                return await scope.emitter.ask(method, dict(params), timeout=self.gw.client_request_timeout)
+                return await scope.emitter.ask(method, self.gw.clean_notification(upstream, method, dict(params)),
+                                               timeout=self.gw.client_request_timeout)
             if method.startswith("notifications/"):
                 return None
             raise ProtocolError(-32601, f"Method not found: {method}")
