@@ -205,14 +205,14 @@ def create_app(settings: Settings) -> Starlette:
             era="legacy", principal=principal, client_info=dict(data.client_info),
             protocol_version=data.protocol_version))
 
-    async def authenticate(headers: Mapping[str, str]) -> Principal:
+    async def authenticate(headers: Mapping[str, str], remote_addr: str | None) -> Principal:
         try:
             return await authenticator.authenticate(headers)
         except AuthenticationError as exc:
             log.info("auth.failure", detail=exc.log_detail)
             await audit_log.emit(auth_failure_record(
                 at=time.time(), reason=auth_failure_reason(exc.log_detail), method="bearer",
-                remote_addr=None, traceparent=headers.get("traceparent")))
+                remote_addr=remote_addr, traceparent=headers.get("traceparent")))
             raise
 
     gateway.emit_audit = audit_log.emit

@@ -136,6 +136,7 @@ def test_lists_sessions_and_auth_failures_are_audited(audited: GatewayProcess) -
     assert any(e["event"] == "session.start" for e in events)
     failures = [e for e in events if e["event"] == "auth.failure"]
     assert failures
+    assert failures[-1]["remote_addr"] == "127.0.0.1"
     assert "z" * 40 not in json.dumps(failures)
 
 

@@ -48,7 +48,8 @@ from bastion.sse import encode_event
 
 log = structlog.get_logger("bastion.http")
 
-Authenticate = Callable[[Mapping[str, str]], Awaitable[Principal]]
+# (request headers, client address) -> principal; the address is for the audit record of a failure only.
+Authenticate = Callable[[Mapping[str, str], str | None], Awaitable[Principal]]
 SessionEvent = Callable[[str, SessionData, Principal], Awaitable[None]]
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 KEEPALIVE_S = 15.0
@@ -95,7 +96,7 @@ class McpEndpoint:
         headers = request.headers
         check_host(headers.get("host"), self.listen)
         check_origin(headers.get("origin"), self.listen)
-        principal = await self.authenticate(headers)
+        principal = await self.authenticate(headers, request.client.host if request.client else None)
         if request.method == "POST":
             return await self._post(request, principal)
         if request.method == "GET":
