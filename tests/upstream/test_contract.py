@@ -13,12 +13,14 @@ import pytest
 
 from bastion.errors import UpstreamRpcError, UpstreamTimeout
 from bastion.upstream.base import Upstream
+from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.http import HttpUpstream
 from bastion.upstream.sse_legacy import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
 from tests.upstream.helpers import ROOT, SAMPLING_ANSWER, HttpServer, Inbox, server_command
 
-TRANSPORTS = ["stdio", "streamable-http", "sse"]
+# "streamable-http-fast" is the same transport with its POSTs on the lean keep-alive pool, as build_upstream wires it.
+TRANSPORTS = ["stdio", "streamable-http", "streamable-http-fast", "sse"]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,8 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def record(kind: str, tmp_path: Path, http_servers: dict[str, HttpServer]) -> Path:
-    return http_servers[kind].record if kind in http_servers else tmp_path / "calls.jsonl"
+    server = kind.removesuffix("-fast")
+    return http_servers[server].record if server in http_servers else tmp_path / "calls.jsonl"
 
 
 @pytest.fixture
@@ -50,6 +53,7 @@ async def upstream(kind: str, record: Path, http_servers: dict[str, HttpServer]
                    ) -> AsyncIterator[tuple[Upstream, Inbox]]:
     inbox = Inbox()
     up: Upstream
+    fast = H1Pool("basic")
     async with httpx.AsyncClient() as client:
         if kind == "stdio":
             up = StdioUpstream("basic", server_command("--record", str(record), "--page-size", "3"), cwd=str(ROOT),
@@ -57,13 +61,15 @@ async def upstream(kind: str, record: Path, http_servers: dict[str, HttpServer]
         elif kind == "sse":
             up = SseUpstream("basic", http_servers[kind].base + "/sse", {}, client)
         else:
-            up = HttpUpstream("basic", http_servers[kind].base + "/mcp", {}, client)
+            up = HttpUpstream("basic", http_servers["streamable-http"].base + "/mcp", {}, client,
+                              fast=fast if kind.endswith("-fast") else None)
         async with asyncio.timeout(20):
             await up.start(inbox)
         try:
             yield up, inbox
         finally:
             await up.close()
+            await fast.aclose()
 
 
 def recorded(record: Path) -> list[dict[str, object]]:

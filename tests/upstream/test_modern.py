@@ -15,6 +15,7 @@ import pytest
 
 from bastion.errors import UpstreamTimeout
 from bastion.upstream.base import EraSetting, Upstream
+from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.modern import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, PROTOCOL_VERSION_KEY
 from bastion.upstream.stdio import StdioUpstream
@@ -53,7 +54,8 @@ async def wait_for_record(path: Path, key: str, timeout: float = 15.0) -> dict[s
             await asyncio.sleep(0.05)
 
 
-@pytest.fixture(params=["stdio", "http"])
+# "http-fast": the HTTP transport with its POSTs on the lean keep-alive pool, as build_upstream wires it.
+@pytest.fixture(params=["stdio", "http", "http-fast"])
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -70,7 +72,8 @@ async def modern(transport: str, tmp_path: Path, servers: dict[str, HttpServer]
             up = StdioUpstream("modern", modern_command("--record", str(record)), cwd=str(ROOT), era="auto")
         else:
             record = servers["dual"].record
-            up = AutoHttpUpstream("modern", servers["dual"].base + "/mcp", {"Authorization": "Bearer up"}, client)
+            up = AutoHttpUpstream("modern", servers["dual"].base + "/mcp", {"Authorization": "Bearer up"}, client,
+                                  fast=H1Pool("modern") if transport == "http-fast" else None)
         async with asyncio.timeout(20):
             await up.start(inbox)
         try:

@@ -4,6 +4,7 @@
       files:  {command: [python, -m, files_server], env: {ROOT: /srv}, cwd: ., timeout: 30s}
       github: {url: "https://host/mcp", headers: {Authorization: "Bearer ${GITHUB_TOKEN}"}, prefix: gh}
       legacy: {url: "https://old/mcp", era: legacy}   # skip era detection: auto (default), legacy or modern
+      plain:  {url: "http://10.0.0.5/mcp", http_client: httpx}  # POST through httpx instead of the lean pool
 
 Upstream credentials come only from here (``${VAR}`` is expanded from the environment at load time), never from
 clients, so a client's token can never reach an upstream.
@@ -20,14 +21,20 @@ from typing import Any, Literal
 import httpx
 
 from bastion.errors import ConfigError
+from bastion.units import parse_duration
 from bastion.upstream.base import EraSetting, Upstream
+from bastion.upstream.h1pool import H1Pool, eligible
 from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.sse_legacy import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
+from bastion.yamlfile import expand_env
 
-__all__ = ["DEFAULT_ERA", "UpstreamConfig", "build_upstream", "parse_duration"]
+__all__ = ["DEFAULT_ERA", "UpstreamConfig", "build_upstream"]
 
 Transport = Literal["stdio", "streamable-http", "sse"]
+# "fast": Streamable HTTP POSTs go through ``h1pool`` (when the URL allows, see ``h1pool.eligible``); "httpx":
+# everything goes through the shared httpx client, the escape hatch should an upstream need what only httpx does.
+HttpClientSetting = Literal["fast", "httpx"]
 
 _COMMON = {"prefix", "timeout", "max_timeout", "enabled", "era"}
 _ERAS = ("auto", "legacy", "modern")
@@ -35,40 +42,15 @@ _ERAS = ("auto", "legacy", "modern")
 # server/discover even when their handlers only return handshake-era results, so "auto" would pick modern for them.
 DEFAULT_ERA: EraSetting = "auto"
 _STDIO = _COMMON | {"command", "env", "cwd"}
-_HTTP = _COMMON | {"url", "transport", "headers"}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_HTTP = _COMMON | {"url", "transport", "headers", "http_client"}
 # Names stay inside SEP-986's tool-name alphabet once joined as "<prefix>__<tool>".
 _PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
-
-
-def parse_duration(value: Any, path: str) -> float:
-    """``30s``, ``500ms``, ``2m``, ``1h`` or a number of seconds."""
-    if isinstance(value, bool):
-        raise ConfigError("expected a duration such as 30s, 500ms or 2m", path=path)
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise ConfigError(f"expected a duration such as 30s, 500ms or 2m, got {value!r}", path=path)
-    if seconds <= 0:
-        raise ConfigError("duration must be positive", path=path)
-    return seconds
 
 
 def _expand(value: Any, path: str, environ: Mapping[str, str]) -> str:
     if not isinstance(value, str | int | float) or isinstance(value, bool):
         raise ConfigError("expected a string", path=path)
-
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if name not in environ:
-            raise ConfigError(f"environment variable {name} is not set", path=path)
-        return environ[name]
-
-    return _ENV_REF.sub(sub, str(value))
+    return expand_env(str(value), path, environ)
 
 
 def _string_map(value: Any, path: str, environ: Mapping[str, str]) -> dict[str, str]:
@@ -93,6 +75,7 @@ class UpstreamConfig:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     era: EraSetting = DEFAULT_ERA
+    http_client: HttpClientSetting = "fast"
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any], path: str = "upstreams",
@@ -153,8 +136,11 @@ class UpstreamConfig:
             raise ConfigError("transport must be 'streamable-http' or 'sse'", path=f"{here}.transport")
         if transport == "sse" and era == "modern":
             raise ConfigError("the sse transport is handshake-era only; use era 'legacy' or 'auto'", path=f"{here}.era")
+        http_client = data.get("http_client", "fast")
+        if http_client not in ("fast", "httpx"):
+            raise ConfigError("http_client must be 'fast' or 'httpx'", path=f"{here}.http_client")
         return cls(transport=transport, url=url, headers=_string_map(data.get("headers"), f"{here}.headers", env),
-                   **common)
+                   http_client=http_client, **common)
 
 
 def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient) -> Upstream:
@@ -163,4 +149,5 @@ def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient) -> Upstr
     assert cfg.url is not None
     if cfg.transport == "sse":
         return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client)
-    return AutoHttpUpstream(cfg.name, cfg.url, cfg.headers, http_client, era=cfg.era)
+    fast = H1Pool(cfg.name) if cfg.http_client == "fast" and eligible(cfg.url) else None
+    return AutoHttpUpstream(cfg.name, cfg.url, cfg.headers, http_client, era=cfg.era, fast=fast)

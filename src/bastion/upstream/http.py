@@ -11,6 +11,7 @@ unrelated notifications such as ``tools/list_changed``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
@@ -64,6 +65,7 @@ class HttpUpstream:
         self._init_lock = asyncio.Lock()
         self._rpc = RpcSession(name, self._post_message)
         self._listener: asyncio.Task[None] | None = None
+        self._stream_answered = asyncio.Event()
         self._closed = False
 
     @property
@@ -75,6 +77,11 @@ class HttpUpstream:
         info = await self._initialize()
         if self._listen_enabled:
             self._listener = self._rpc.spawn(self._listen())
+            # The server drops notifications sent before it saw our GET stream; a tool call made right after start
+            # could otherwise change the tool list unseen. So wait for the stream's answer, but never fail on it.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._init_timeout):
+                    await self._stream_answered.wait()
         return info
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
@@ -196,9 +203,16 @@ class HttpUpstream:
     # -- the GET stream --------------------------------------------------------------------------------------
 
     async def _listen(self) -> None:
+        try:
+            await self._listen_loop()
+        finally:
+            self._stream_answered.set()
+
+    async def _listen_loop(self) -> None:
         while not self._closed:
             started = time.monotonic()
             retry_ms = await self._listen_once()
+            self._stream_answered.set()
             if retry_ms is None:
                 return
             self._backoff.connection_ended(time.monotonic() - started)
@@ -221,6 +235,7 @@ class HttpUpstream:
                         return 0
                     if response.status_code != 200 or not is_event_stream(response):
                         raise UpstreamUnavailable(self.name, log_detail=f"GET stream HTTP {response.status_code}")
+                    self._stream_answered.set()
                     async for event in sse_events(response, decoder):
                         if event.event == "message" and event.data:
                             await self._rpc.handle(orjson.loads(event.data))
