@@ -7,13 +7,16 @@
 #
 # usage:
 #   conformance.sh URL [--suite active|all|pending] [--scenario NAME]... [--expected-failures FILE]
-#   conformance.sh --list                  # print the server scenarios of the pinned harness
+#                      [--spec-version V]
+#   conformance.sh --list [--spec-version V]  # print the server scenarios of the pinned harness
 #   conformance.sh --install               # only install (or check) the harness and node 22; prints node path
-# The upstream the scenarios expect is tests/fixtures/conformance_server.py; tests/conformance/ runs it
+# The upstreams the scenarios expect are tests/fixtures/conformance_server.py (0.1.16) and
+# tests/fixtures/conformance_modern_server.py (2026-07-28); tests/conformance/ runs them
 # directly and through bastion (see docs/conformance.md).
 # env:
 #   PEERS_DIR            install/cache dir, kept between runs (default $HOME/.cache/bastion-peers)
-#   CONFORMANCE_VERSION  harness version (default 0.1.16)
+#   CONFORMANCE_VERSION  harness version (default 0.1.16; 0.2.0-alpha.12 has the 2026-07-28 scenarios, which
+#                        run on the 2026-07-28 wire with --spec-version 2026-07-28)
 #   SCENARIO_TIMEOUT     seconds per scenario before it counts as 1 failed check (default 60)
 #   CONFORMANCE_OUT      if set, per-scenario checks.json files are written under it
 #   CONFORMANCE_NODE     a node >= 22 to use (default: PATH node if >= 22, else one from npm)
@@ -25,9 +28,16 @@ set -u -o pipefail
 PEERS_DIR="${PEERS_DIR:-${HOME:-/tmp}/.cache/bastion-peers}"
 CONFORMANCE_VERSION="${CONFORMANCE_VERSION:-0.1.16}"
 SCENARIO_TIMEOUT="${SCENARIO_TIMEOUT:-60}"
-# 0.1.16 "pending" suite (excluded from the default "active" suite). The harness does not
-# print this split, so it is pinned here; update it together with CONFORMANCE_VERSION.
-PENDING_0_1_16="json-schema-2020-12 server-sse-polling"
+# Each version's "pending" scenarios (excluded from the "active" suite). The harness does not print
+# this split, so it is pinned here per version; add a line when pinning a new CONFORMANCE_VERSION.
+# 0.2.0-alpha.12: the harness's own pending list minus the extension scenarios (tasks-*, sep-2640-*),
+# which --spec-version never selects; its "draft" suite (scenarios introduced in 2026-07-28) is not
+# treated as pending here: with --spec-version 2026-07-28 those are the point of the run.
+case "$CONFORMANCE_VERSION" in
+  0.1.16) PENDING="json-schema-2020-12 server-sse-polling" ;;
+  0.2.0-alpha.12) PENDING="json-schema-2020-12 server-sse-polling http-header-validation http-custom-header-server-validation" ;;
+  *) PENDING="" ; UNPINNED=1 ;;
+esac
 
 log() { echo "[conformance.sh] $*" >&2; }
 die() { log "$*"; echo "conformance: 0 passed, 1 failed"; exit 2; }
@@ -65,17 +75,20 @@ ensure_harness() {
 }
 
 # ---- arguments
-[ $# -ge 1 ] || { sed -n '2,26p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
 case "$1" in
   --install) ensure_harness; echo "$NODE22"; exit 0 ;;
-  --list) ensure_harness; exec "$NODE22" "$HARNESS" list --server ;;
-  -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+  --list) ensure_harness; shift; exec "$NODE22" "$HARNESS" list --server "$@" ;;
+  -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
 esac
 URL="$1"; shift
-SUITE=active; SCENARIOS=(); EXTRA=()
+SUITE=active; SCENARIOS=(); EXTRA=(); LIST_EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --suite) SUITE="$2"; shift 2 ;;
+    # The harness runs each scenario on this revision's wire (2026-07-28: stateless, _meta on every request)
+    # and skips scenarios that do not apply to it.
+    --spec-version) EXTRA+=(--spec-version "$2"); LIST_EXTRA+=(--spec-version "$2"); shift 2 ;;
     --scenario) SCENARIOS+=("$2"); shift 2 ;;
     --expected-failures) EXTRA+=(--expected-failures "$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2 ;;
     *) die "unknown argument: $1" ;;
@@ -84,10 +97,11 @@ done
 
 ensure_harness
 if [ ${#SCENARIOS[@]} -eq 0 ]; then
-  mapfile -t ALL < <("$NODE22" "$HARNESS" list --server | sed -n 's/^  - \([^ ]*\).*/\1/p')
+  [ "$SUITE" = all ] || [ -z "${UNPINNED:-}" ] || die "no pending list pinned for harness $CONFORMANCE_VERSION; use --suite all or --scenario"
+  mapfile -t ALL < <("$NODE22" "$HARNESS" list --server "${LIST_EXTRA[@]}" | sed -n 's/^  - \([^ ]*\).*/\1/p')
   [ ${#ALL[@]} -gt 0 ] || die "harness listed no server scenarios"
   for s in "${ALL[@]}"; do
-    pending=0; for p in $PENDING_0_1_16; do [ "$s" = "$p" ] && pending=1; done
+    pending=0; for p in $PENDING; do [ "$s" = "$p" ] && pending=1; done
     case "$SUITE" in
       all) SCENARIOS+=("$s") ;;
       active) [ $pending = 0 ] && SCENARIOS+=("$s") ;;
