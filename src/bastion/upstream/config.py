@@ -38,8 +38,8 @@ HttpClientSetting = Literal["fast", "httpx"]
 
 _COMMON = {"prefix", "timeout", "max_timeout", "enabled", "era"}
 _ERAS = ("auto", "legacy", "modern")
-# Handshake-era until every shipped example and test fixture declares its era: SDK 2.x servers answer
-# server/discover even when their handlers only return handshake-era results, so "auto" would pick modern for them.
+# Detect, as the specification asks of dual-era clients. A server that answers server/discover but speaks the
+# handshake era's shapes (the SDK's low-level Server with plain-dict handlers does) needs `era: legacy`.
 DEFAULT_ERA: EraSetting = "auto"
 _STDIO = _COMMON | {"command", "env", "cwd"}
 _HTTP = _COMMON | {"url", "transport", "headers", "http_client"}
