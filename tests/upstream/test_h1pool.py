@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import orjson
@@ -20,7 +21,7 @@ from bastion.upstream.config import UpstreamConfig, build_upstream
 from bastion.upstream.h1pool import H1Pool, Target, eligible
 from bastion.upstream.http_auto import AutoHttpUpstream
 from tests.support.net import free_port, wait_for_port
-from tests.upstream.helpers import ROOT, Inbox
+from tests.upstream.helpers import ROOT, HttpServer, Inbox
 
 JSON = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -461,3 +462,23 @@ async def test_mcp_session_over_the_pool_against_the_bench_upstream(fast_upstrea
             assert [r["content"][0]["text"] for r in results] == [f"m{i}" for i in range(50)]
         finally:
             await up.close()
+
+
+async def test_server_restart_over_the_pool_reinitializes(tmp_path: Path) -> None:
+    server = HttpServer("streamable-http", tmp_path / "calls.jsonl").start()
+    inbox = Inbox()
+    try:
+        async with httpx.AsyncClient() as client:
+            up = AutoHttpUpstream("basic", server.base + "/mcp", {}, client, era="legacy", fast=H1Pool("basic"))
+            await up.start(inbox)
+            try:
+                assert (await up.request("tools/call", {"name": "echo", "arguments": {"message": "a"}},
+                                         timeout=10))["content"][0]["text"] == "a"
+                server.restart()  # the pooled connection dies; the new server does not know our session
+                result = await up.request("tools/call", {"name": "echo", "arguments": {"message": "b"}}, timeout=20)
+                assert result["content"][0]["text"] == "b"
+                await inbox.wait_for("notifications/tools/list_changed")
+            finally:
+                await up.close()
+    finally:
+        server.stop()
