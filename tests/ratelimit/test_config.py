@@ -37,7 +37,7 @@ def test_full_section() -> None:
 def test_defaults_when_absent() -> None:
     assert RateLimitConfig.from_mapping(None) == RateLimitConfig()
     cfg = RateLimitConfig.from_mapping({})
-    assert (cfg.failure_mode, cfg.timeout_s, cfg.key_prefix, cfg.lease_ttl_s) == ("closed", 0.05, "bastion:rl", 30.0)
+    assert (cfg.failure_mode, cfg.timeout_s, cfg.key_prefix, cfg.lease_ttl_s) == ("closed", 0.25, "bastion:rl", 30.0)
 
 
 @pytest.mark.parametrize(("data", "path", "fragment"), [

@@ -19,7 +19,7 @@ _PREFIX = re.compile(r"^[A-Za-z0-9_.:{}-]{1,64}$")
 @dataclass(frozen=True, slots=True)
 class RateLimitConfig:
     failure_mode: FailureMode = "closed"
-    timeout_s: float = 0.05
+    timeout_s: float = 0.25
     key_prefix: str = "bastion:rl"
     defaults: tuple[RateLimitSpec, ...] = ()
     concurrency: tuple[ConcurrencySpec, ...] = ()
@@ -42,7 +42,7 @@ class RateLimitConfig:
         if not isinstance(prefix, str) or not _PREFIX.match(prefix):
             raise ConfigError("key_prefix must be 1-64 characters of letters, digits and _.:{}-",
                               path=f"{path}.key_prefix")
-        timeout_s = parse_duration(data.get("timeout", 0.05), f"{path}.timeout")
+        timeout_s = parse_duration(data.get("timeout", 0.25), f"{path}.timeout")
         lease_ttl_s = parse_duration(data.get("lease_ttl", 30.0), f"{path}.lease_ttl")
         if lease_ttl_s < 0.1:
             raise ConfigError("lease_ttl must be at least 100ms", path=f"{path}.lease_ttl")
