@@ -1,13 +1,20 @@
-"""The official MCP conformance harness against our fixture upstream, directly and through bastion.
+"""The official MCP conformance harness against our fixture upstreams, directly and through bastion.
 
-Every server scenario of ``@modelcontextprotocol/conformance`` (pinned in ``.ci/conformance.sh``) runs against
-``tests.fixtures.conformance_server`` over Streamable HTTP; the set of scenarios that are not clean there must be
-exactly ``expected-failures-direct.yml``. Then the same scenarios run against bastion fronting that server
-unprefixed, once as a stdio upstream and once as a Streamable HTTP upstream, and every check that succeeded
-directly must succeed through bastion too. A failure prints, per scenario, the checks lost and the harness's
-message for each.
+Two suites, one per protocol era, each pinned to a harness version (see ``.ci/conformance.sh``):
 
-The harness and a node >= 22 are installed from npm on first use into ``$PEERS_DIR`` (default
+* **handshake era** -- every server scenario of ``@modelcontextprotocol/conformance`` 0.1.16 against
+  ``tests.fixtures.conformance_server`` (the SDK's low-level ``Server``);
+* **2026-07-28** -- every server scenario of 0.2.0-alpha.12 that applies to the 2026-07-28 revision, run on that
+  revision's stateless wire (``--spec-version 2026-07-28``), against ``tests.fixtures.conformance_modern_server``
+  (the SDK's ``MCPServer``).
+
+Each suite runs directly against its fixture over Streamable HTTP; the set of scenarios that are not clean there
+must be exactly the suite's ``expected-failures-*.yml``. Then the same scenarios run against bastion fronting that
+fixture unprefixed, as a stdio upstream and as a Streamable HTTP upstream (and, for the 2026-07-28 suite, with the
+upstream's era pinned to ``modern`` and detected with ``auto``), and every check that succeeded directly must
+succeed through bastion too. A failure prints, per scenario, the checks lost and the harness's message for each.
+
+The harnesses and a node >= 22 are installed from npm on first use into ``$PEERS_DIR`` (default
 ``~/.cache/bastion-peers``) and reused afterwards.
 """
 
@@ -17,7 +24,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,13 +44,35 @@ from tests.support.gateway import REPO, GatewayProcess
 from tests.support.net import free_port, wait_for_port
 
 SCRIPT = REPO / ".ci" / "conformance.sh"
-BASELINE = Path(__file__).with_name("expected-failures-direct.yml")
 SCENARIO_TIMEOUT = 20
-# Scenarios are independent (each opens its own MCP session), so a few harness processes share the run; this
-# bounds the worst case (every scenario hanging) to len/WORKERS * SCENARIO_TIMEOUT.
+# Scenarios are independent (each opens its own MCP session, or none on the stateless wire), so a few harness
+# processes share a run; this bounds the worst case (every scenario hanging) to len/WORKERS * SCENARIO_TIMEOUT.
 WORKERS = 4
 INSTALL_TIMEOUT = 900
 LIST_RE = re.compile(r"^  - (\S+)")
+# Scenarios that change the upstream's lists (server-stateless pulls test_trigger_tool_change); they run alone after
+# the rest, so that tools-list's "consecutive listings are identical" check never sees a change mid-scenario.
+ALONE = frozenset({"server-stateless"})
+
+
+@dataclass(frozen=True, slots=True)
+class Suite:
+    """One harness version, the wire revision its scenarios run at, and the fixture upstream they expect."""
+
+    name: str
+    version: str
+    spec_version: str | None
+    fixture: str
+    baseline: Path
+
+    def script_args(self) -> list[str]:
+        return ["--spec-version", self.spec_version] if self.spec_version else []
+
+
+LEGACY = Suite("handshake", "0.1.16", None, "tests.fixtures.conformance_server",
+               Path(__file__).with_name("expected-failures-direct.yml"))
+MODERN = Suite("2026-07-28", "0.2.0-alpha.12", "2026-07-28", "tests.fixtures.conformance_modern_server",
+               Path(__file__).with_name("expected-failures-direct-2026-07-28.yml"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,54 +82,70 @@ class Run:
     stdout: str
 
 
+@dataclass(frozen=True, slots=True)
+class Harness:
+    suite: Suite
+    env: dict[str, str]
+    scenarios: list[str]
+
+
 def peers_dir() -> str:
     return os.environ.get("PEERS_DIR") or str(Path.home() / ".cache" / "bastion-peers")
 
 
-@pytest.fixture(scope="module")
-def harness_env() -> dict[str, str]:
-    env = {**os.environ, "PEERS_DIR": peers_dir(), "SCENARIO_TIMEOUT": str(SCENARIO_TIMEOUT)}
+def install(suite: Suite) -> Harness:
+    env = {**os.environ, "PEERS_DIR": peers_dir(), "SCENARIO_TIMEOUT": str(SCENARIO_TIMEOUT),
+           "CONFORMANCE_VERSION": suite.version}
     done = subprocess.run(["bash", str(SCRIPT), "--install"], env=env, capture_output=True, text=True,
                           timeout=INSTALL_TIMEOUT, check=False)
     assert done.returncode == 0, f"installing the conformance harness failed:\n{done.stdout}\n{done.stderr}"
     env["CONFORMANCE_NODE"] = done.stdout.strip().splitlines()[-1]
-    return env
+    done = subprocess.run(["bash", str(SCRIPT), "--list", *suite.script_args()], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    names = [m[1] for line in done.stdout.splitlines() if (m := LIST_RE.match(line))]
+    assert names, f"the harness listed no server scenarios:\n{done.stdout}\n{done.stderr}"
+    return Harness(suite, env, names)
 
 
 @pytest.fixture(scope="module")
-def scenarios(harness_env: dict[str, str]) -> list[str]:
-    done = subprocess.run(["bash", str(SCRIPT), "--list"], env=harness_env, capture_output=True, text=True,
-                          timeout=120, check=False)
-    names = [m[1] for line in done.stdout.splitlines() if (m := LIST_RE.match(line))]
-    assert names, f"the harness listed no server scenarios:\n{done.stdout}\n{done.stderr}"
-    return names
+def legacy_harness() -> Harness:
+    return install(LEGACY)
 
 
-def run_harness(url: str, out_dir: Path, names: list[str], env: dict[str, str]) -> Run:
+@pytest.fixture(scope="module")
+def modern_harness() -> Harness:
+    return install(MODERN)
+
+
+def run_harness(url: str, out_dir: Path, harness: Harness) -> Run:
+    names = [n for n in harness.scenarios if n not in ALONE]
     chunks = [names[i::WORKERS] for i in range(WORKERS) if names[i::WORKERS]]
 
     def one(chunk: list[str]) -> str:
-        args = ["bash", str(SCRIPT), url]
+        args = ["bash", str(SCRIPT), url, *harness.suite.script_args()]
         for name in chunk:
             args += ["--scenario", name]
-        done = subprocess.run(args, env={**env, "CONFORMANCE_OUT": str(out_dir)}, capture_output=True, text=True,
-                              timeout=len(chunk) * (SCENARIO_TIMEOUT + 10) + 60, check=False)
+        done = subprocess.run(args, env={**harness.env, "CONFORMANCE_OUT": str(out_dir)}, capture_output=True,
+                              text=True, timeout=len(chunk) * (SCENARIO_TIMEOUT + 10) + 60, check=False)
         return done.stdout + done.stderr
 
     with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
         stdout = "\n".join(pool.map(one, chunks))
+    alone = [n for n in harness.scenarios if n in ALONE]
+    if alone:
+        stdout += "\n" + one(alone)
     return Run(load_results(out_dir), parse_summary(stdout), stdout)
 
 
 class FixtureServer:
-    """tests.fixtures.conformance_server over Streamable HTTP on a free loopback port."""
+    """A fixture upstream over Streamable HTTP on a free loopback port."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, module: str, workdir: Path) -> None:
         self.port = free_port()
-        self.log = workdir / f"conformance-server-{self.port}.log"
+        self.log = workdir / f"fixture-{self.port}.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fixtures.conformance_server", "--transport", "streamable-http",
-             "--port", str(self.port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.log.open("wb"))
+            [sys.executable, "-m", module, "--transport", "streamable-http", "--port", str(self.port)],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.log.open("wb"))
         wait_for_port(self.port)
 
     @property
@@ -117,62 +161,86 @@ class FixtureServer:
             self.proc.wait()
 
 
-@pytest.fixture
-def fixture_server(tmp_path: Path) -> Iterator[FixtureServer]:
-    server = FixtureServer(tmp_path)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def direct(tmp_path_factory: pytest.TempPathFactory, harness_env: dict[str, str], scenarios: list[str]) -> Run:
-    workdir = tmp_path_factory.mktemp("conformance-direct")
-    server = FixtureServer(workdir)
+def run_direct(harness: Harness, workdir: Path) -> Run:
+    server = FixtureServer(harness.suite.fixture, workdir)
     try:
-        return run_harness(server.url, workdir / "out", scenarios, harness_env)
+        return run_harness(server.url, workdir / "out", harness)
     finally:
         server.stop()
 
 
-def test_fixture_passes_every_scenario_but_the_baseline(direct: Run, scenarios: list[str]) -> None:
-    missing = sorted(set(scenarios) - set(direct.results))
+@pytest.fixture(scope="module")
+def legacy_direct(tmp_path_factory: pytest.TempPathFactory, legacy_harness: Harness) -> Run:
+    return run_direct(legacy_harness, tmp_path_factory.mktemp("conformance-direct"))
+
+
+@pytest.fixture(scope="module")
+def modern_direct(tmp_path_factory: pytest.TempPathFactory, modern_harness: Harness) -> Run:
+    return run_direct(modern_harness, tmp_path_factory.mktemp("conformance-direct-modern"))
+
+
+def assert_matches_baseline(direct: Run, harness: Harness) -> None:
+    missing = sorted(set(harness.scenarios) - set(direct.results))
     assert not missing, f"no checks.json for {missing}:\n{direct.stdout}"
-    expected = load_baseline(BASELINE)
+    baseline = harness.suite.baseline
+    expected = load_baseline(baseline)
     failing = unclean(direct.results)
     assert failing == expected, (
-        f"not clean directly but not in {BASELINE.name}: {sorted(failing - expected)}; "
-        f"in {BASELINE.name} but clean now: {sorted(expected - failing)}\n{direct.stdout}")
-    # The comparison below is only meaningful if the direct run proves something in every scenario.
-    assert all(direct.results[name].successes() for name in set(scenarios) - expected)
+        f"not clean directly but not in {baseline.name}: {sorted(failing - expected)}; "
+        f"in {baseline.name} but clean now: {sorted(expected - failing)}\n{direct.stdout}")
+    # The comparison through bastion is only meaningful if the direct run proves something in every scenario.
+    assert all(direct.results[name].successes() for name in set(harness.scenarios) - expected)
 
 
-# The harness is a handshake-era client and the direct run is handshake-era, so bastion talks to the fixture in that
-# era too: like is compared with like. (The SDK fixture also answers server/discover, so "auto" would pick modern.)
-ERA = "legacy"
+def test_fixture_passes_every_scenario_but_the_baseline(legacy_direct: Run, legacy_harness: Harness) -> None:
+    assert_matches_baseline(legacy_direct, legacy_harness)
 
 
-def stdio_upstream() -> dict[str, Any]:
-    return {"command": [sys.executable, "-m", "tests.fixtures.conformance_server", "--transport", "stdio"],
-            "cwd": str(REPO), "prefix": None, "era": ERA}
+def test_modern_fixture_passes_every_2026_07_28_scenario_but_the_baseline(
+        modern_direct: Run, modern_harness: Harness) -> None:
+    assert_matches_baseline(modern_direct, modern_harness)
 
 
-@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
-def test_every_direct_success_also_passes_through_bastion(
-        transport: str, direct: Run, scenarios: list[str], harness_env: dict[str, str], tmp_path: Path,
-        request: pytest.FixtureRequest) -> None:
+def upstream(suite: Suite, transport: str, era: str, request: pytest.FixtureRequest) -> dict[str, Any]:
     if transport == "stdio":
-        upstream = stdio_upstream()
-    else:
-        upstream = {"url": request.getfixturevalue("fixture_server").url, "prefix": None, "era": ERA}
-    gateway = GatewayProcess({"listen": {"path": "/mcp"}, "auth": "none", "upstreams": {"conf": upstream}},
+        return {"command": [sys.executable, "-m", suite.fixture, "--transport", "stdio"], "cwd": str(REPO),
+                "prefix": None, "era": era}
+    server = FixtureServer(suite.fixture, request.getfixturevalue("tmp_path"))
+    request.addfinalizer(server.stop)
+    return {"url": server.url, "prefix": None, "era": era}
+
+
+def assert_no_regressions(direct: Run, harness: Harness, conf: dict[str, Any], tmp_path: Path, label: str) -> None:
+    gateway = GatewayProcess({"listen": {"path": "/mcp"}, "auth": "none", "upstreams": {"conf": conf}},
                              tmp_path).start()
     try:
-        through = run_harness(gateway.url, tmp_path / "out", scenarios, harness_env)
+        through = run_harness(gateway.url, tmp_path / "out", harness)
     finally:
         gateway.stop()
     lost = regressions(direct.results, through.results, through.summary)
     assert not lost, (
-        f"{len(lost)} scenario(s) lose checks through bastion ({transport} upstream) that pass directly:\n"
+        f"{len(lost)} scenario(s) lose checks through bastion ({label}) that pass directly:\n"
         f"{format_regressions(lost)}\n\nharness summary through bastion:\n"
         + "\n".join(through.summary[n] for n in sorted(through.summary))
         + f"\n\nbastion stderr (tail):\n{gateway.stderr()[-4000:]}")
+
+
+# The 0.1.16 harness is a handshake-era client and its direct run is handshake-era, so bastion talks to that fixture
+# in the same era: like is compared with like. (The SDK fixture also answers server/discover, so "auto" would
+# pick modern.)
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+def test_every_direct_success_also_passes_through_bastion(
+        transport: str, legacy_direct: Run, legacy_harness: Harness, tmp_path: Path,
+        request: pytest.FixtureRequest) -> None:
+    conf = upstream(LEGACY, transport, "legacy", request)
+    assert_no_regressions(legacy_direct, legacy_harness, conf, tmp_path, f"{transport} upstream")
+
+
+# The 2026-07-28 scenarios through bastion to a 2026-07-28 upstream: pinned ("modern") and detected ("auto").
+@pytest.mark.parametrize("era", ["modern", "auto"])
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+def test_every_direct_2026_07_28_success_also_passes_through_bastion(
+        transport: str, era: str, modern_direct: Run, modern_harness: Harness, tmp_path: Path,
+        request: pytest.FixtureRequest) -> None:
+    conf = upstream(MODERN, transport, era, request)
+    assert_no_regressions(modern_direct, modern_harness, conf, tmp_path, f"{transport} upstream, era {era}")
