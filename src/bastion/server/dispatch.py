@@ -242,8 +242,8 @@ class Dispatcher:
         """Verify the ``requestState`` of a retried request; ``None`` for a first request."""
         state = params.get("requestState")
         if state is None:
-            if params.get("inputResponses") is not None:
-                raise InvalidRequestState("inputResponses sent without the requestState they answer")
+            # Nothing of bastion's to verify: a first request. Stray inputResponses go to the upstream unchanged
+            # (the client could send them there directly); it ignores them or asks again.
             return None
         try:
             trip = self.sealer.open(state, principal_id=scope.principal.id,
@@ -268,11 +268,10 @@ class Dispatcher:
         out_meta = self._forward_meta(scope, upstream, meta)
         if out_meta:
             fwd["_meta"] = out_meta
-        if trip is not None:
-            if params.get("inputResponses") is not None:
-                fwd["inputResponses"] = params["inputResponses"]
-            if trip.upstream_state is not None:
-                fwd["requestState"] = trip.upstream_state
+        if params.get("inputResponses") is not None:
+            fwd["inputResponses"] = params["inputResponses"]
+        if trip is not None and trip.upstream_state is not None:
+            fwd["requestState"] = trip.upstream_state
         result = await self.gw.forward(upstream, method, fwd, on_message=relay)
         rounds = 0
         while scope.era == "legacy" and is_input_required(result):

@@ -27,8 +27,11 @@ from starlette.types import Scope as AsgiScope
 
 from bastion import jsonrpc
 from bastion.errors import (
+    HEADER_MISMATCH,
     INVALID_PARAMS,
     INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_CLIENT_CAPABILITY,
     REQUEST_TOO_LARGE,
     UNSUPPORTED_PROTOCOL_VERSION,
     HttpError,
@@ -51,6 +54,8 @@ log = structlog.get_logger("bastion.http")
 # (request headers, client address) -> principal; the address is for the audit record of a failure only.
 Authenticate = Callable[[Mapping[str, str], str | None], Awaitable[Principal]]
 SessionEvent = Callable[[str, SessionData, Principal], Awaitable[None]]
+MODERN_ERROR_STATUS = {HEADER_MISMATCH: 400, MISSING_CLIENT_CAPABILITY: 400, UNSUPPORTED_PROTOCOL_VERSION: 400,
+                       METHOD_NOT_FOUND: 404}
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 KEEPALIVE_S = 15.0
 
@@ -154,15 +159,19 @@ class McpEndpoint:
         except ProtocolError as exc:
             return json_response(jsonrpc.error(None, exc), 400)
 
-        if msg.kind == "request" and msg.method == "initialize":
-            return await self._initialize(principal, msg)
+        # The era first: a request carrying 2026-07-28 _meta is stateless whatever its method, so an `initialize`
+        # in that shape gets the modern answer to an unknown method, not a session.
         meta = msg.params.get("_meta")
         if isinstance(meta, dict) and d.META_VERSION in meta:
             return await self._modern(request, principal, msg, meta, sse_ok)
-        if request.headers.get("mcp-session-id") is None and msg.kind == "request" and \
-                msg.method == "server/discover":
-            # A 2026-07-28 client probing without _meta: answer in the modern error shape so it can fix and retry.
-            raise ProtocolError(INVALID_PARAMS, "Missing required _meta field " + d.META_VERSION, http_status=400)
+        if msg.kind == "request" and msg.method == "initialize":
+            return await self._initialize(principal, msg)
+        if request.headers.get("mcp-session-id") is None and msg.kind == "request":
+            # Neither a session nor the per-request metadata: 400 for both eras, in the shape a 2026-07-28 client
+            # expects (its request id, -32602), so it can fix and retry; a legacy client reads the 400.
+            err = ProtocolError(INVALID_PARAMS, f"Missing Mcp-Session-Id header, or the required _meta field "
+                                f"{d.META_VERSION}", http_status=400)
+            return json_response(jsonrpc.error(msg.id, err), 400)
         session = await self._session(request, principal, required=True)
         assert session is not None
         return await self._legacy(request, principal, session, msg, sse_ok)
@@ -230,7 +239,12 @@ class McpEndpoint:
         except ProtocolError as exc:
             if exc.log_detail:
                 log.info("request.failed", method=msg.method, code=exc.code, detail=exc.log_detail)
-            return {**jsonrpc.error(msg.id, exc), "_status": exc.http_status}
+            status = exc.http_status
+            if scope.era == "modern" and status == 200:
+                # The 2026-07-28 revision pins HTTP statuses to these codes, whoever raised them (an upstream's
+                # relayed -32021 included).
+                status = MODERN_ERROR_STATUS.get(exc.code, 200)
+            return {**jsonrpc.error(msg.id, exc), "_status": status}
         except RequestError as exc:
             # Tool-plane errors become results inside the pipeline; an HttpError here is a bug in routing.
             log.error("request.unexpected_plane", method=msg.method, error=exc.message)
