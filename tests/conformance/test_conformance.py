@@ -40,8 +40,8 @@ from tests.conformance.results import (
     regressions,
     unclean,
 )
+from tests.support.fixture_server import FixtureServer
 from tests.support.gateway import REPO, GatewayProcess
-from tests.support.net import free_port, wait_for_port
 
 SCRIPT = REPO / ".ci" / "conformance.sh"
 SCENARIO_TIMEOUT = 20
@@ -137,32 +137,8 @@ def run_harness(url: str, out_dir: Path, harness: Harness) -> Run:
     return Run(load_results(out_dir), parse_summary(stdout), stdout)
 
 
-class FixtureServer:
-    """A fixture upstream over Streamable HTTP on a free loopback port."""
-
-    def __init__(self, module: str, workdir: Path) -> None:
-        self.port = free_port()
-        self.log = workdir / f"fixture-{self.port}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, "--transport", "streamable-http", "--port", str(self.port)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.log.open("wb"))
-        wait_for_port(self.port)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def run_direct(harness: Harness, workdir: Path) -> Run:
-    server = FixtureServer(harness.suite.fixture, workdir)
+    server = FixtureServer(harness.suite.fixture, log=workdir / "fixture.log")
     try:
         return run_harness(server.url, workdir / "out", harness)
     finally:
@@ -205,7 +181,7 @@ def upstream(suite: Suite, transport: str, era: str, request: pytest.FixtureRequ
     if transport == "stdio":
         return {"command": [sys.executable, "-m", suite.fixture, "--transport", "stdio"], "cwd": str(REPO),
                 "prefix": None, "era": era}
-    server = FixtureServer(suite.fixture, request.getfixturevalue("tmp_path"))
+    server = FixtureServer(suite.fixture, log=request.getfixturevalue("tmp_path") / "fixture.log")
     request.addfinalizer(server.stop)
     return {"url": server.url, "prefix": None, "era": era}
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -8,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.fixture_server import FixtureServer
 from tests.support.gateway import REPO, GatewayProcess
-from tests.support.net import free_port, wait_for_port
 
 # Our fixture servers are built on the SDK's low-level Server, whose handlers answer in the handshake era's
 # shapes; they are pinned to the legacy era so era detection cannot misjudge them. Modern upstreams are tested
@@ -22,35 +21,15 @@ def stdio_upstream(module: str = "tests.fixtures.basic_server", *args: str, **ex
             **LEGACY, **extra}
 
 
-class HttpFixture:
-    def __init__(self, *args: str) -> None:
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fixtures.basic_server", "--transport", "streamable-http",
-             "--port", str(self.port), *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port(self.port)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 @pytest.fixture(scope="module")
-def http_fixture() -> Iterator[HttpFixture]:
-    server = HttpFixture()
+def http_fixture() -> Iterator[FixtureServer]:
+    server = FixtureServer()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, http_fixture: HttpFixture) -> Iterator[GatewayProcess]:
+def gateway(tmp_path_factory: pytest.TempPathFactory, http_fixture: FixtureServer) -> Iterator[GatewayProcess]:
     """bastion in front of the fixture server twice: over stdio (prefix basic) and over HTTP (prefix web)."""
     workdir: Path = tmp_path_factory.mktemp("gw")
     record = workdir / "basic-calls.jsonl"

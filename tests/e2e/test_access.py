@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from bastion.auth.apikeys import hash_key
-from tests.e2e.conftest import LEGACY, HttpFixture, stdio_upstream
+from tests.e2e.conftest import LEGACY, stdio_upstream
+from tests.support.fixture_server import FixtureServer
 from tests.support.gateway import GatewayProcess
 from tests.support.rpc import RpcClient
 
@@ -43,7 +44,7 @@ rules:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory, http_fixture: HttpFixture) -> Iterator[GatewayProcess]:
+def secured(tmp_path_factory: pytest.TempPathFactory, http_fixture: FixtureServer) -> Iterator[GatewayProcess]:
     workdir: Path = tmp_path_factory.mktemp("secured")
     policies = workdir / "policies"
     policies.mkdir()
