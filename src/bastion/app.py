@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from bastion.audit.config import AuditConfig, build_audit_log
 from bastion.audit.hook import CallAuditor
+from bastion.audit.log import AuditLog
 from bastion.audit.record import AuthFailureReason, auth_failure_record, policy_reload_record, session_record
 from bastion.auth import build_authenticator, metadata_paths, protected_resource_metadata
 from bastion.auth.config import AuthConfig
@@ -40,7 +41,7 @@ from bastion.policy.watch import PolicyWatcher
 from bastion.pool import Member, UpstreamPool
 from bastion.principal import Principal
 from bastion.quarantine import QuarantineGuard
-from bastion.ratelimit import LimiterEvent, RateLimitConfig, build_limiter
+from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
@@ -86,6 +87,79 @@ def auth_failure_reason(detail: str | None) -> AuthFailureReason:
     return "other"
 
 
+def _policy(settings: Settings, audit_log: AuditLog,
+            metrics: Metrics) -> tuple[PolicyHolder | None, PolicyWatcher | None]:
+    """The policy in force and its watcher; fails hard at start-up, since a gateway must never serve with a
+    policy it could not read. Reloads, applied or rejected, are counted and audited."""
+    if not settings.policies:
+        log.warning("policy.disabled", detail="no 'policies' configured: every authenticated principal may call "
+                    "every tool")
+        return None, None
+    holder = PolicyHolder(load_policies(settings.policies))
+    background: set[asyncio.Task[None]] = set()
+
+    def audit_soon(record: dict[str, Any]) -> None:
+        # The watcher reports synchronously; the audit write is scheduled, and kept referenced until done.
+        task = asyncio.get_running_loop().create_task(audit_log.emit(record))
+        background.add(task)
+        task.add_done_callback(background.discard)
+
+    def reloaded(policy: PolicySet) -> None:
+        holder.swap(policy)
+        metrics.policy_reloaded("applied")
+        audit_soon(policy_reload_record(at=time.time(), outcome="applied", source=",".join(policy.files),
+                                        digest=policy.version, rules=len(policy.rules)))
+
+    def rejected(error: str) -> None:
+        metrics.policy_reloaded("rejected")
+        audit_soon(policy_reload_record(at=time.time(), outcome="rejected",
+                                        source=",".join(str(p) for p in settings.policies), error=error,
+                                        digest=holder.current.version))
+
+    log.info("policy.loaded", version=holder.current.version, files=list(holder.current.files))
+    return holder, PolicyWatcher(settings.policies, reloaded, initial=holder.current, on_failure=rejected)
+
+
+def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, limits_cfg: RateLimitConfig,
+            validation_cfg: ValidationConfig,
+            sanitize_cfg: SanitizeConfig) -> tuple[list[RequestGuard], list[ResponseGuard]]:
+    """The tools/call pipeline. Order matters, and each position has its reason:
+
+    - quarantine first: a tool bastion refuses (hostile schema, unapproved definition change) is unknown to
+      everyone, whatever the policy says; it costs a dict lookup.
+    - policy next: unauthorised callers never touch Redis, the validators or the upstream.
+    - rate limit after policy: only authorised attempts count, and it counts every one of them, so argument
+      probing against the schema is limited too.
+    - input schema last before the forward: invalid arguments never reach the upstream.
+
+    After the forward: output schema first (nothing may trust output before it is validated), sanitize last
+    (nothing after it can reintroduce what it removed).
+    """
+    lookup = validators_for(lambda: gateway.view)
+    request_guards: list[RequestGuard] = [QuarantineGuard(lambda: gateway.view.quarantined)]
+    if holder is not None:
+        request_guards.append(PolicyGuard(holder))
+    request_guards += [RateLimitGuard(limiter, limits_cfg), InputSchemaGuard(lookup)]
+    response_guards: list[ResponseGuard] = [OutputSchemaGuard(lookup, validation_cfg.mode_for_tool),
+                                            SanitizeGuard(sanitize_cfg)]
+    return request_guards, response_guards
+
+
+def _wire_sanitizer(gateway: Gateway, sanitize_cfg: SanitizeConfig) -> None:
+    """Upstream text outside tool results (progress and log messages, questions for the client, errors)."""
+
+    def clean_notification(upstream: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        policy = sanitize_cfg.for_upstream(upstream)
+        return sanitize_notification(method, params, policy)[0] if policy.enabled else params
+
+    def clean_error(upstream: str, error: dict[str, Any]) -> dict[str, Any]:
+        policy = sanitize_cfg.for_upstream(upstream)
+        return sanitize_error(error, policy)[0] if policy.enabled else error
+
+    gateway.clean_notification = clean_notification
+    gateway.clean_error = clean_error
+
+
 def create_app(settings: Settings) -> Starlette:
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
                              limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
@@ -98,47 +172,8 @@ def create_app(settings: Settings) -> Starlette:
     audit_log = build_audit_log(audit_cfg, redis_client, on_sink_failure=metrics.audit_sink_failed)
     auditor = CallAuditor(audit_log, metrics=metrics)
 
-    holder: PolicyHolder | None = None
-    watcher: PolicyWatcher | None = None
-    if settings.policies:
-        # Fail hard at start-up: a gateway must never serve with a policy it could not read.
-        holder = PolicyHolder(load_policies(settings.policies))
-        policy_holder = holder
-        background: set[asyncio.Task[None]] = set()
+    holder, watcher = _policy(settings, audit_log, metrics)
 
-        def audit_soon(record: dict[str, Any]) -> None:
-            # The watcher reports synchronously; the audit write is scheduled, and kept referenced until done.
-            task = asyncio.get_running_loop().create_task(audit_log.emit(record))
-            background.add(task)
-            task.add_done_callback(background.discard)
-
-        def reloaded(policy: PolicySet) -> None:
-            policy_holder.swap(policy)
-            metrics.policy_reloaded("applied")
-            audit_soon(policy_reload_record(at=time.time(), outcome="applied", source=",".join(policy.files),
-                                            digest=policy.version, rules=len(policy.rules)))
-
-        def rejected(error: str) -> None:
-            metrics.policy_reloaded("rejected")
-            audit_soon(policy_reload_record(at=time.time(), outcome="rejected",
-                                            source=",".join(str(p) for p in settings.policies), error=error,
-                                            digest=policy_holder.current.version))
-
-        watcher = PolicyWatcher(settings.policies, reloaded, initial=holder.current, on_failure=rejected)
-        log.info("policy.loaded", version=holder.current.version, files=list(holder.current.files))
-    else:
-        log.warning("policy.disabled", detail="no 'policies' configured: every authenticated principal may call "
-                    "every tool")
-
-    # The tools/call pipeline. Order matters, and each position has its reason:
-    # - quarantine first: a tool bastion refuses (hostile schema, unapproved definition change) is unknown to
-    #   everyone, whatever the policy says; it costs a dict lookup.
-    # - policy next: unauthorised callers never touch Redis, the validators or the upstream.
-    # - rate limit after policy: only authorised attempts count, and it counts every one of them, so argument
-    #   probing against the schema is limited too.
-    # - input schema last before the forward: invalid arguments never reach the upstream.
-    # After the forward: output schema first (nothing may trust output before it is validated), sanitize last
-    # (nothing after it can reintroduce what it removed).
     # With Redis, sessions live there so any replica can serve any session; without, in this process.
     store: SessionStore = RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s) \
         if redis_client is not None else \
@@ -156,32 +191,16 @@ def create_app(settings: Settings) -> Starlette:
 
     limiter = build_limiter(limits_cfg, limiter_redis, on_event=on_limiter_event)
 
-    request_guards: list[RequestGuard] = [QuarantineGuard(lambda: gateway.view.quarantined)]
-    if holder is not None:
-        request_guards.append(PolicyGuard(holder))
-    request_guards.append(RateLimitGuard(limiter, limits_cfg))
     validation_cfg: ValidationConfig = settings.section("validation")
-    lookup = validators_for(lambda: gateway.view)
-    request_guards.append(InputSchemaGuard(lookup))
     sanitize_cfg: SanitizeConfig = settings.section("sanitize")
-    response_guards: list[ResponseGuard] = [OutputSchemaGuard(lookup, validation_cfg.mode_for_tool),
-                                            SanitizeGuard(sanitize_cfg)]
+    request_guards, response_guards = _guards(gateway, holder, limiter, limits_cfg, validation_cfg, sanitize_cfg)
     # Schemas compile from what the upstream sent; definitions are sanitized for clients after that.
     gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics), SanitizeDefinitions(sanitize_cfg)])
     pinning_cfg: PinningConfig = settings.section("pinning")
     if pinning_cfg.enabled:
         gateway.view_steps.append(PinTools(Pinning(open_store(pinning_cfg, redis_client), pinning_cfg), audit_log))
 
-    def clean_notification(upstream: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        policy = sanitize_cfg.for_upstream(upstream)
-        return sanitize_notification(method, params, policy)[0] if policy.enabled else params
-
-    def clean_error(upstream: str, error: dict[str, Any]) -> dict[str, Any]:
-        policy = sanitize_cfg.for_upstream(upstream)
-        return sanitize_error(error, policy)[0] if policy.enabled else error
-
-    gateway.clean_notification = clean_notification
-    gateway.clean_error = clean_error
+    _wire_sanitizer(gateway, sanitize_cfg)
     gateway.pipeline = Pipeline(request_guards, response_guards, auditor)
 
     members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix,
