@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from bastion import __version__
@@ -68,8 +69,39 @@ def build_parser() -> argparse.ArgumentParser:
     policy = sub.add_parser("policy", help="check, explain and test access policies")
     register_policy(policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND"))
     register_keys(sub)
-    register_pins(sub, store_factory=_pin_store)
+    register_pins(sub, store_factory=_pin_store, on_decision=_audit_pin_decision)
     return parser
+
+
+async def _audit_pin_decision(args: argparse.Namespace, event: Any) -> None:
+    """Write an approval to the gateway's own audit sinks (file, Redis stream), so the audit log alone tells who
+    approved a changed tool definition. A stdout sink is skipped: this process's stdout is the admin's terminal."""
+    import os
+    import time
+
+    import redis.asyncio as aioredis
+
+    from bastion import settings as settings_mod
+    from bastion.audit.config import StdoutSinkConfig, build_audit_log
+    from bastion.audit.record import pin_approve_record
+
+    config = getattr(args, "config", None) or os.environ.get("BASTION_CONFIG")
+    if event.event != "pin.approved" or not config:
+        return
+    cfg = settings_mod.load(config)
+    audit_cfg = cfg.section("audit")
+    sinks = tuple(s for s in audit_cfg.sinks if not isinstance(s, StdoutSinkConfig))
+    if not sinks:
+        return
+    client = aioredis.Redis.from_url(cfg.redis_url) if cfg.redis_url else None
+    audit = build_audit_log(replace(audit_cfg, sinks=sinks, required=False), client)
+    try:
+        await audit.emit(pin_approve_record(at=time.time(), upstream=event.upstream, tool=event.tool,
+                                            fingerprint=event.new_fingerprint, approved_by=event.by or "unknown"))
+    finally:
+        await audit.close()
+        if client is not None:
+            await client.aclose()
 
 
 def _pin_store(args: argparse.Namespace) -> Any:

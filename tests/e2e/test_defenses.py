@@ -32,6 +32,7 @@ def defended(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProces
         },
         "pinning": {"file": str(workdir / "pins.json")},
         "catalogue": {"refresh_interval": "1s"},  # so an approval made with the CLI shows up quickly
+        "audit": {"sinks": ["stdout", {"file": str(workdir / "audit.jsonl")}]},
     }, workdir).start()
     gw.workdir_path = workdir  # type: ignore[attr-defined]
     yield gw
@@ -133,6 +134,10 @@ def test_a_changed_tool_definition_is_quarantined_until_approved(rpc: RpcClient,
     approved = subprocess.run([*cli, "approve", "basic", "echo", "--by", "admin", *config], capture_output=True,
                               text=True, timeout=60)
     assert approved.returncode == 0, approved.stderr
+    audit_file: Path = defended.workdir_path / "audit.jsonl"  # type: ignore[attr-defined]
+    approvals = [json.loads(line) for line in audit_file.read_text().splitlines() if '"pin.approve"' in line]
+    assert approvals
+    assert (approvals[-1]["tool"], approvals[-1]["approved_by"]) == ("echo", "admin")
     deadline = time.monotonic() + 20
     while "basic__echo" not in rpc.tool_names() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -24,11 +24,13 @@ import structlog
 from bastion.pinning.config import PinningConfig
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
 from bastion.pinning.fingerprint import short
+from bastion.pinning.model import PinEvent
 from bastion.pinning.service import Pinning
 from bastion.pinning.store import DEFAULT_KEY_PREFIX, FilePinStore, PinStore, RedisPinStore
 
 StoreFactory = Callable[[argparse.Namespace], PinStore]
 Command = Callable[[Pinning, argparse.Namespace, TextIO], Awaitable[int]]
+DecisionHook = Callable[[argparse.Namespace, PinEvent], Awaitable[None]]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 
@@ -50,8 +52,12 @@ def store_from_args(args: argparse.Namespace) -> PinStore:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], *,
-             store_factory: StoreFactory = store_from_args) -> argparse.ArgumentParser:
-    """Add ``pins`` and its subcommands; each leaf parser's ``func(args)`` returns an exit code."""
+             store_factory: StoreFactory = store_from_args,
+             on_decision: DecisionHook | None = None) -> argparse.ArgumentParser:
+    """Add ``pins`` and its subcommands; each leaf parser's ``func(args)`` returns an exit code.
+
+    ``on_decision`` receives every approval and rejection (the main CLI writes them to the gateway's audit log).
+    """
     store_opts = argparse.ArgumentParser(add_help=False)
     where = store_opts.add_argument_group("pin store")
     where.add_argument("--pins-file", metavar="PATH", help="the file store (pinning.file)")
@@ -83,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], *,
         p.add_argument("--by", metavar="NAME", default=None, help="who decides (default: the login name)")
         p.add_argument("--fingerprint", metavar="FP",
                        help="only if the pending change still has this fingerprint (or prefix), as shown by diff")
-        p.set_defaults(func=_runner(command, store_factory))
+        p.set_defaults(func=_runner(command, store_factory), on_decision=on_decision)
     return pins
 
 
@@ -156,6 +162,8 @@ async def _approve(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> i
     event = await pinning.approve(args.upstream, args.tool, _who(args), fingerprint=args.fingerprint)
     out.write(f"approved {event.upstream}/{event.tool}: {short(event.new_fingerprint)} "
               f"(was {short(event.old_fingerprint or '')}) by {event.by}\n")
+    if args.on_decision is not None:
+        await args.on_decision(args, event)
     return EXIT_OK
 
 
@@ -163,6 +171,8 @@ async def _reject(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> in
     event = await pinning.reject(args.upstream, args.tool, _who(args), fingerprint=args.fingerprint)
     out.write(f"rejected {event.upstream}/{event.tool}: {short(event.new_fingerprint)} by {event.by}; "
               f"the tool stays quarantined until its definition changes again or is approved\n")
+    if args.on_decision is not None:
+        await args.on_decision(args, event)
     return EXIT_OK
 
 
