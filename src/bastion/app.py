@@ -244,8 +244,10 @@ def create_app(settings: Settings) -> Starlette:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        checks: dict[str, Any] = {"upstreams": pool.health()}
-        ok = any(pool.health().values())
+        checks: dict[str, Any] = {"upstreams": pool.health(), "catalogue": gateway.view.catalogue.version or None}
+        # Ready once some upstream answers and a catalogue was published from it (a view step that failed at
+        # start-up leaves none, and serving an empty catalogue would look healthy while being useless).
+        ok = any(pool.health().values()) and bool(gateway.view.catalogue.version)
         if watcher is not None:
             # The last good policy stays in force after a broken edit, so readiness holds; the status shows it.
             checks["policy"] = watcher.status
