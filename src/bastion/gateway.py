@@ -80,7 +80,7 @@ class Gateway:
     def __init__(self, settings: Settings, *, store: SessionStore, access: AccessControl | None = None) -> None:
         self.settings = settings
         self.store = store
-        self.live = LiveSessions()
+        self.live = LiveSessions(settings.sessions.idle_timeout_s)
         # Assigned by the app once the guards exist (some guards read this gateway's view).
         self.pipeline: Pipeline
         self.access: AccessControl = access or AllowAll()

@@ -121,17 +121,40 @@ class LiveSession:
     inflight: dict[Any, asyncio.Task[Any]] = field(default_factory=dict)
     pending: dict[Any, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     subscriptions: set[str] = field(default_factory=set)  # public resource URIs
+    last_seen: float = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.inflight or self.pending or self.get_stream is not None)
 
 
 class LiveSessions:
-    def __init__(self) -> None:
+    """Live state per session on this replica, forgotten once a session has been idle past the store's timeout.
+
+    Clients often just go away without DELETE; without the sweep every such session would stay here forever.
+    """
+
+    def __init__(self, idle_timeout_s: float = 3600.0, sweep_every_s: float = 60.0) -> None:
         self._live: dict[str, LiveSession] = {}
+        self._idle = idle_timeout_s
+        self._sweep_every = sweep_every_s
+        self._next_sweep = time.monotonic() + sweep_every_s
 
     def get(self, session_id: str) -> LiveSession:
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._sweep(now)
         live = self._live.get(session_id)
         if live is None:
             live = self._live[session_id] = LiveSession(session_id)
+        live.last_seen = now
         return live
+
+    def _sweep(self, now: float) -> None:
+        self._next_sweep = now + self._sweep_every
+        stale = [sid for sid, live in self._live.items() if not live.busy and now - live.last_seen >= self._idle]
+        for sid in stale:
+            del self._live[sid]
 
     def drop(self, session_id: str) -> None:
         live = self._live.pop(session_id, None)

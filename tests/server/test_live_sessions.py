@@ -1,0 +1,32 @@
+"""Live per-session state is forgotten once idle, unless something still runs on it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bastion.server.sessions import LiveSessions
+
+
+async def test_idle_sessions_are_swept_and_busy_ones_kept() -> None:
+    live = LiveSessions(idle_timeout_s=0.0, sweep_every_s=0.0)
+    idle = live.get("idle")
+    busy = live.get("busy")
+    busy.get_stream = asyncio.Queue()
+    assert idle is not busy
+    live.get("trigger")  # any access sweeps once the interval has passed
+    ids = {s.id for s in live.all()}
+    assert "idle" not in ids
+    assert "busy" in ids
+
+
+async def test_drop_cancels_what_runs_and_wakes_the_stream() -> None:
+    live = LiveSessions()
+    session = live.get("s")
+    task = asyncio.create_task(asyncio.sleep(10))
+    session.inflight[1] = task
+    session.get_stream = queue = asyncio.Queue()
+    live.drop("s")
+    await asyncio.sleep(0)
+    assert task.cancelled()
+    assert queue.get_nowait() == {}
+    assert live.all() == []
