@@ -87,7 +87,21 @@ def auth_failure_reason(detail: str | None) -> AuthFailureReason:
     return "other"
 
 
-def _policy(settings: Settings, audit_log: AuditLog,
+class AuditSoon:
+    """Write audit records from synchronous code (a watcher callback, a store sweep): scheduled on the running
+    loop, and kept referenced until written so none can be garbage-collected half-way."""
+
+    def __init__(self, audit_log: AuditLog) -> None:
+        self._audit_log = audit_log
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(self._audit_log.emit(record))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+
+def _policy(settings: Settings, audit_soon: AuditSoon,
             metrics: Metrics) -> tuple[PolicyHolder | None, PolicyWatcher | None]:
     """The policy in force and its watcher; fails hard at start-up, since a gateway must never serve with a
     policy it could not read. Reloads, applied or rejected, are counted and audited."""
@@ -96,14 +110,6 @@ def _policy(settings: Settings, audit_log: AuditLog,
                     "every tool")
         return None, None
     holder = PolicyHolder(load_policies(settings.policies))
-    background: set[asyncio.Task[None]] = set()
-
-    def audit_soon(record: dict[str, Any]) -> None:
-        # The watcher reports synchronously; the audit write is scheduled, and kept referenced until done.
-        task = asyncio.get_running_loop().create_task(audit_log.emit(record))
-        background.add(task)
-        task.add_done_callback(background.discard)
-
     def reloaded(policy: PolicySet) -> None:
         holder.swap(policy)
         metrics.policy_reloaded("applied")
@@ -172,12 +178,21 @@ def create_app(settings: Settings) -> Starlette:
     audit_log = build_audit_log(audit_cfg, redis_client, on_sink_failure=metrics.audit_sink_failed)
     auditor = CallAuditor(audit_log, metrics=metrics)
 
-    holder, watcher = _policy(settings, audit_log, metrics)
+    audit_soon = AuditSoon(audit_log)
+    holder, watcher = _policy(settings, audit_soon, metrics)
 
     # With Redis, sessions live there so any replica can serve any session; without, in this process.
+    def session_expired(data: SessionData) -> None:
+        # Redis expires its keys silently; the in-memory store says so, and the end of the session is audited.
+        metrics.session_closed()
+        audit_soon(session_record("session.end", at=time.time(), session=data.id, era="legacy",
+                                             principal=None, client_info=dict(data.client_info),
+                                             protocol_version=data.protocol_version, reason="expired"))
+
     store: SessionStore = RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s) \
         if redis_client is not None else \
-        MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions)
+        MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions,
+                           on_expired=session_expired)
     gateway = Gateway(settings, store=store, access=PolicyAccess(holder) if holder is not None else None)
     limits_cfg: RateLimitConfig = settings.section("rate_limits")
     # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
@@ -222,7 +237,7 @@ def create_app(settings: Settings) -> Starlette:
         await audit_log.emit(session_record(
             "session.start" if event == "session.start" else "session.end", at=time.time(), session=data.id,
             era="legacy", principal=principal, client_info=dict(data.client_info),
-            protocol_version=data.protocol_version))
+            protocol_version=data.protocol_version, reason=None if event == "session.start" else "deleted"))
 
     async def authenticate(headers: Mapping[str, str], remote_addr: str | None) -> Principal:
         try:

@@ -159,3 +159,21 @@ def test_client_cancellation_reaches_the_upstream(gw: GatewayProcess) -> None:
         time.sleep(0.05)
     cancelled = [json.loads(line) for line in record.read_text().splitlines() if "cancelled" in line]
     assert any(entry["arguments"].get("tag") == "cancel-me" for entry in cancelled)
+
+
+def test_an_expired_session_is_404_and_its_end_is_audited(tmp_path: Path) -> None:
+    gw = GatewayProcess({"auth": "none", "upstreams": {"basic": stdio_upstream()},
+                         "sessions": {"idle_timeout": "300ms"}}, tmp_path).start()
+    try:
+        c = RpcClient(gw.url)
+        c.initialize()
+        deadline = time.monotonic() + 10
+        while c.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}).status_code != 404:
+            assert time.monotonic() < deadline
+            time.sleep(0.4)  # longer than the idle timeout, so a ping cannot keep the session alive
+        ends = gw.wait_records("session.end", 1)
+        assert ends
+        assert ends[-1]["reason"] == "expired"
+        assert ends[-1]["session"] == c.session_id
+    finally:
+        gw.stop()

@@ -30,3 +30,18 @@ async def test_drop_cancels_what_runs_and_wakes_the_stream() -> None:
     assert task.cancelled()
     assert queue.get_nowait() == {}
     assert live.all() == []
+
+
+async def test_the_memory_store_reports_expired_sessions_once() -> None:
+    from bastion.server.sessions import MemorySessionStore, SessionData
+
+    expired: list[str] = []
+    store = MemorySessionStore(idle_timeout_s=0.0, max_sessions=10, on_expired=lambda d: expired.append(d.id),
+                               sweep_every_s=0.0)
+    await store.create(SessionData(id="a", principal_id="p", protocol_version="2025-11-25"))
+    await store.create(SessionData(id="b", principal_id="p", protocol_version="2025-11-25"))
+    assert await store.get("a") is None
+    assert await store.get("b") is None
+    assert sorted(expired) == ["a", "b"]
+    assert await store.delete("a") is False
+    assert await store.count() == 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -70,33 +70,49 @@ class SessionStore(Protocol):
 
 
 class MemorySessionStore:
-    """One replica's sessions, expiring after ``idle_timeout_s`` without a request."""
+    """One replica's sessions, expiring after ``idle_timeout_s`` without a request.
 
-    def __init__(self, idle_timeout_s: float, max_sessions: int) -> None:
+    ``on_expired`` hears of every session that expired (not deleted), so its end can be audited; expired entries
+    are swept at most every ``sweep_every_s`` on access, and whenever the table is full.
+    """
+
+    def __init__(self, idle_timeout_s: float, max_sessions: int, *,
+                 on_expired: Callable[[SessionData], None] | None = None, sweep_every_s: float = 60.0) -> None:
         self._idle = idle_timeout_s
         self._max = max_sessions
         self._data: dict[str, tuple[SessionData, float]] = {}
+        self._on_expired = on_expired
+        self._sweep_every = sweep_every_s
+        self._next_sweep = time.monotonic() + sweep_every_s
 
     def _sweep(self, now: float) -> None:
+        self._next_sweep = now + self._sweep_every
         expired = [sid for sid, (_, seen) in self._data.items() if now - seen > self._idle]
         for sid in expired:
-            del self._data[sid]
+            self._expire(sid)
+
+    def _expire(self, session_id: str) -> None:
+        data, _ = self._data.pop(session_id)
+        if self._on_expired is not None:
+            self._on_expired(data)
 
     async def create(self, data: SessionData) -> None:
         now = time.monotonic()
-        if len(self._data) >= self._max:
+        if len(self._data) >= self._max or now >= self._next_sweep:
             self._sweep(now)
             if len(self._data) >= self._max:
                 raise HttpError(503, "Too many sessions; try again later")
         self._data[data.id] = (data, now)
 
     async def get(self, session_id: str) -> SessionData | None:
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._sweep(now)
         entry = self._data.get(session_id)
         if entry is None:
             return None
-        now = time.monotonic()
         if now - entry[1] > self._idle:
-            del self._data[session_id]
+            self._expire(session_id)
             return None
         self._data[session_id] = (entry[0], now)
         return entry[0]
