@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -211,8 +212,6 @@ class McpEndpoint:
 
     async def _client_notification(self, session: SessionData, live: LiveSession, msg: jsonrpc.Message) -> None:
         if msg.method == "notifications/initialized" and not session.initialized:
-            from dataclasses import replace
-
             await self.gw.store.update(replace(session, initialized=True))
         elif msg.method == "notifications/cancelled":
             task = live.inflight.get(msg.params.get("requestId"))
@@ -280,7 +279,7 @@ class McpEndpoint:
                             headers=SSE_HEADERS)
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         emitter: Emitter = StreamEmitter(queue, live if scope.era == "legacy" else None, self._ids)
-        scope = d.Scope(**{**{f: getattr(scope, f) for f in scope.__slots__}, "emitter": emitter})
+        scope = replace(scope, emitter=emitter)
         final: list[dict[str, Any]] = []
 
         async def work() -> None:
