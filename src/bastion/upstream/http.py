@@ -25,9 +25,9 @@ from bastion import __version__
 from bastion.errors import UpstreamUnavailable
 from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
-from bastion.upstream.h1pool import H1Pool, Target
+from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
-from bastion.upstream.httpio import STREAM_TIMEOUT, ResponseLike, http_errors, is_event_stream, sse_events
+from bastion.upstream.httpio import STREAM_TIMEOUT, HttpPeer, ResponseLike, http_errors, is_event_stream, sse_events
 from bastion.upstream.session import Pending, RpcSession
 from bastion.upstream.supervisor import Backoff
 
@@ -42,35 +42,20 @@ SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 VERSION_HEADER = "MCP-Protocol-Version"
 
 
-class HttpUpstream:
+class HttpUpstream(HttpPeer):
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
                  backoff_max: float = 30.0, fast: H1Pool | None = None) -> None:
-        self.name = name
-        self._url = url
-        self._client = client
-        # POSTs go through the lean keep-alive pool when there is one; httpx keeps the GET stream and DELETE.
-        self._fast = fast
-        self._target = Target.parse(url) if fast is not None else None
-        self._init_timeout = init_timeout
-        self._listen_enabled = listen
+        super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast)
         self._backoff = Backoff(backoff_initial, backoff_max)
-        self._base_headers = {**headers, "Accept": "application/json, text/event-stream",
-                              "Content-Type": "application/json"}
         # Rebuilt once per (re)initialization, so the hot path does no header assembly.
         self._headers = dict(self._base_headers)
         self._session_id: str | None = None
-        self._info: UpstreamInfo | None = None
         self._generation = 0
         self._init_lock = asyncio.Lock()
         self._rpc = RpcSession(name, self._post_message)
         self._listener: asyncio.Task[None] | None = None
         self._stream_answered = asyncio.Event()
-        self._closed = False
-
-    @property
-    def info(self) -> UpstreamInfo | None:
-        return self._info
 
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
         self._rpc.on_notification = on_notification

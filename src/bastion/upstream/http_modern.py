@@ -22,9 +22,9 @@ import structlog
 from bastion import __version__
 from bastion.errors import HEADER_MISMATCH, UpstreamRpcError, UpstreamUnavailable
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
-from bastion.upstream.h1pool import H1Pool, Target
+from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.headers import request_headers
-from bastion.upstream.httpio import STREAM_TIMEOUT, ResponseLike, http_errors, is_event_stream, sse_events
+from bastion.upstream.httpio import STREAM_TIMEOUT, HttpPeer, ResponseLike, http_errors, is_event_stream, sse_events
 from bastion.upstream.modern import (
     MODERN_VERSION,
     Verdict,
@@ -49,33 +49,18 @@ async def _ignore(method: str, params: Mapping[str, Any]) -> None:
     return None
 
 
-class ModernHttpUpstream:
+class ModernHttpUpstream(HttpPeer):
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
                  backoff_max: float = 30.0, fast: H1Pool | None = None) -> None:
-        self.name = name
-        self._url = url
-        self._client = client
-        # Short POSTs go through the lean keep-alive pool when there is one; the long-lived listen stays on httpx.
-        self._fast = fast
-        self._target = Target.parse(url) if fast is not None else None
-        self._init_timeout = init_timeout
-        self._listen_enabled = listen
-        self._base_headers = {**headers, "Accept": "application/json, text/event-stream",
-                              "Content-Type": "application/json"}
+        super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast)
         self._rpc = RpcSession(name, self._send)
         self._rpc.accept_server_requests = False
         self._rpc.cancel_by_notice = False
         self._calls = ModernCalls(name)
         self._listener = Listener(name, self._open_listen, lambda: self._rpc.on_notification,
                                   Backoff(backoff_initial, backoff_max))
-        self._info: UpstreamInfo | None = None
         self._listening: asyncio.Task[None] | None = None
-        self._closed = False
-
-    @property
-    def info(self) -> UpstreamInfo | None:
-        return self._info
 
     async def detect(self) -> Verdict:
         """Probe with ``server/discover``. A modern answer is kept as this upstream's info. Connection failures

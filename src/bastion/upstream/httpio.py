@@ -12,6 +12,8 @@ import orjson
 
 from bastion.errors import UpstreamUnavailable
 from bastion.sse import SseDecoder, SseEvent
+from bastion.upstream.base import UpstreamInfo
+from bastion.upstream.h1pool import H1Pool, Target
 
 __all__ = ["STREAM_TIMEOUT", "ResponseLike", "http_errors", "is_event_stream", "same_origin", "sse_events"]
 
@@ -72,3 +74,27 @@ def same_origin(a: str, b: str) -> bool:
 def is_event_stream(response: ResponseLike) -> bool:
     content_type: str = response.headers.get("content-type", "")
     return content_type.lower().startswith("text/event-stream")
+
+
+class HttpPeer:
+    """What both Streamable HTTP transports (handshake era and 2026-07-28) hold about their server: where it is,
+    which client carries which requests, and the headers every POST starts from."""
+
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
+                 init_timeout: float, listen: bool, fast: H1Pool | None) -> None:
+        self.name = name
+        self._url = url
+        self._client = client
+        # POSTs go through the lean keep-alive pool when there is one; httpx keeps the long-lived streams.
+        self._fast = fast
+        self._target = Target.parse(url) if fast is not None else None
+        self._init_timeout = init_timeout
+        self._listen_enabled = listen
+        self._base_headers = {**headers, "Accept": "application/json, text/event-stream",
+                              "Content-Type": "application/json"}
+        self._info: UpstreamInfo | None = None
+        self._closed = False
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        return self._info
