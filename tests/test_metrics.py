@@ -16,6 +16,7 @@ EXPECTED = {
     "bastion_active_sessions": "gauge",
     "bastion_policy_reloads": "counter",
     "bastion_audit_sink_failures": "counter",
+    "bastion_policy_denials": "counter",
     "bastion_limiter_redis_up": "gauge",
 }
 
@@ -46,6 +47,7 @@ def _exercise(m: Metrics) -> None:
     m.policy_reloaded("rejected")
     m.audit_sink_failed("redis:bastion:audit")
     m.set_limiter_redis_up(True)
+    m.policy_denied("no-writes")
 
 
 def test_every_series_is_exposed_with_its_type() -> None:

@@ -74,6 +74,8 @@ class Metrics:
                                       registry=r)
         self.audit_sink_failures = Counter("bastion_audit_sink_failures", "Audit records a sink failed to write.",
                                            ["sink"], registry=r)
+        self.policy_denials = Counter("bastion_policy_denials", "Calls denied by the access policy, by rule.",
+                                      ["rule"], registry=r)
         self.limiter_redis_up = Gauge("bastion_limiter_redis_up", "1 when the rate limiter's Redis answers.",
                                       registry=r)
 
@@ -88,6 +90,10 @@ class Metrics:
 
     def ratelimit_rejected(self, limit: str) -> None:
         self.ratelimit_rejections.labels(limit=self._cap("limit", limit)).inc()
+
+    def policy_denied(self, rule: str | None) -> None:
+        """``rule``: the deciding rule id; ``default`` when no rule matched (default deny)."""
+        self.policy_denials.labels(rule=self._cap("rule", rule or "default")).inc()
 
     def validation_action(self, direction: Literal["input", "output"], action: str) -> None:
         """``action``: e.g. ``passed``, ``rejected``, ``skipped`` (no schema), ``withheld``."""

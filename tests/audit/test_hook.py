@@ -58,6 +58,7 @@ async def test_one_record_per_call_under_concurrency(tmp_path: Path) -> None:
                                         ("upstream", "files")))
     assert calls[key] == 40
     assert samples[("bastion_ratelimit_rejections_total", (("limit", "per-principal"),))] == 40
+    assert samples[("bastion_policy_denials_total", (("rule", "r1"),))] == 40
     assert samples[("bastion_validation_actions_total", (("action", "rejected"), ("direction", "input")))] == 40
     assert samples[("bastion_upstream_latency_seconds_count", (("upstream", "files"),))] == 80
     assert samples[("bastion_call_overhead_seconds_count", ())] == 240

@@ -50,6 +50,8 @@ class CallAuditor:
                              stage=doc["stage"], total_s=doc["latency_ms"]["total"] / 1000,
                              upstream_s=None if up_ms is None else up_ms / 1000)
         out = doc["outcome"]
+        if doc["stage"] == "policy" and doc["decision"] == "deny":
+            metrics.policy_denied(doc.get("rule_id"))
         if out == "rate_limited" and record.limit:
             metrics.ratelimit_rejected(record.limit)
         elif out == "invalid_input":
