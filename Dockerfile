@@ -21,6 +21,13 @@ ENV PIP_NO_CACHE_DIR=1 \
 # Set to "false" to leave out the MCP Python SDK, which only the bundled demo upstreams need.
 ARG WITH_DEMO=true
 
+# tini, the init the final image runs as PID 1 (see ENTRYPOINT). Its statically linked build is copied from here,
+# so the final stage stays free of apt and its lists.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends "tini=0.19.*" \
+ && rm -rf /var/lib/apt/lists/* \
+ && /usr/bin/tini-static --version
+
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
@@ -54,6 +61,7 @@ RUN groupadd --system --gid 10001 bastion \
  && chown 10001:10001 /var/lib/bastion
 
 COPY --from=builder /opt/bastion/venv /opt/bastion/venv
+COPY --from=builder /usr/bin/tini-static /usr/bin/tini
 COPY deploy/docker/healthcheck.py /opt/bastion/healthcheck.py
 COPY examples/demo /opt/bastion/examples/demo
 
@@ -75,9 +83,11 @@ EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "/opt/bastion/healthcheck.py"]
 
-# Exec form, no shell and no init wrapper: bastion is PID 1 and receives SIGTERM itself. uvicorn then stops
-# accepting, lets in-flight calls finish within --grace seconds, and the lifespan closes upstreams (stdio children
-# included) and flushes the audit sinks before the process exits 0.
+# tini is PID 1 because bastion spawns processes (stdio upstreams, and whatever those spawn): an orphaned
+# grandchild is re-parented to PID 1, and only an init reaps it instead of leaving a zombie. tini forwards SIGTERM
+# to bastion alone (no -g): bastion then stops accepting, lets in-flight calls finish within --grace seconds, and
+# the lifespan closes upstreams in its own order (stdin EOF, SIGTERM, SIGKILL) and flushes the audit sinks before
+# the process exits 0; tini exits with bastion's status.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["bastion"]
+ENTRYPOINT ["/usr/bin/tini", "--", "bastion"]
 CMD ["serve", "--config", "/etc/bastion/bastion.yaml"]

@@ -56,7 +56,7 @@ def test_final_stage_has_no_build_tools_and_only_the_venv_from_the_builder() -> 
     for tool in ("apt-get", "apk ", "gcc", "build-essential", "pip install", "curl", "wget"):
         assert tool not in runs, tool
     from_builder = [i for i in final if i.keyword == "COPY" and "--from=builder" in i.args]
-    assert [copy_sources(i) for i in from_builder] == [["/opt/bastion/venv"]]
+    assert [copy_sources(i) for i in from_builder] == [["/opt/bastion/venv"], ["/usr/bin/tini-static"]]
 
 
 def test_runs_as_uid_10001_and_read_only_friendly() -> None:
@@ -76,7 +76,8 @@ def test_runs_as_uid_10001_and_read_only_friendly() -> None:
 def test_entrypoint_and_signals_in_exec_form() -> None:
     final = final_stage()
     by_kw = {i.keyword: i for i in final}
-    assert by_kw["ENTRYPOINT"].exec_form() == ["bastion"]
+    # An init as PID 1 (it reaps orphans of stdio upstreams), forwarding signals to bastion only.
+    assert by_kw["ENTRYPOINT"].exec_form() == ["/usr/bin/tini", "--", "bastion"]
     assert by_kw["CMD"].exec_form() == ["serve", "--config", "/etc/bastion/bastion.yaml"]
     assert by_kw["STOPSIGNAL"].args == "SIGTERM"
     health = by_kw["HEALTHCHECK"]

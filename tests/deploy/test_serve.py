@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +41,11 @@ def container_command(config: Path) -> list[str]:
     argv = entry + cmd
     argv[argv.index("/etc/bastion/bastion.yaml")] = str(config)
     # The image puts the venv's bin first on PATH; here that is the venv running the tests.
-    argv[0] = str(Path(sys.executable).with_name(argv[0]))
+    argv[argv.index("bastion")] = str(Path(sys.executable).with_name("bastion"))
+    # The image's tini is Debian's static build; here Debian's tini package (.ci/test installs it).
+    tini = shutil.which("tini")
+    assert tini, "tini is missing: install Debian's 'tini' package (.ci/test does)"
+    argv[argv.index("/usr/bin/tini")] = tini
     return argv
 
 
@@ -167,7 +172,10 @@ def test_healthcheck_fails_when_nothing_listens() -> None:
 
 
 def test_sigterm_shuts_down_cleanly(gateway: Gateway) -> None:
-    stdio_children = children_of(gateway.proc.pid)
+    # The signal goes to the init (PID 1 in the image), which forwards it to bastion alone; bastion then closes
+    # its stdio upstreams in its own order.
+    (bastion,) = children_of(gateway.proc.pid)
+    stdio_children = children_of(bastion)
     assert stdio_children, "the stdio demo upstream should be running as bastion's child"
     gateway.proc.send_signal(signal.SIGTERM)
     # The image's default --grace is 30 s; a generous bound on top, since the test only fails on a hang.
@@ -175,7 +183,7 @@ def test_sigterm_shuts_down_cleanly(gateway: Gateway) -> None:
     assert code == 0, gateway.stderr.read_text()[-3000:]
     events = [str(e.get("event")) for e in gateway.log_events()]
     assert "Application shutdown complete." in events, events[-10:]
-    for pid in stdio_children:
+    for pid in [bastion, *stdio_children]:
         deadline = time.monotonic() + 30
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
