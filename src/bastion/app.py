@@ -218,7 +218,7 @@ def create_app(settings: Settings) -> Starlette:
     _wire_sanitizer(gateway, sanitize_cfg)
     gateway.pipeline = Pipeline(request_guards, response_guards, auditor)
 
-    members = [Member(upstream=build_upstream(cfg, http), prefix=cfg.prefix,
+    members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
     pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
                         refresh_interval_s=settings.catalogue.refresh_interval_s or None,

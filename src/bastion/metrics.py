@@ -76,6 +76,10 @@ class Metrics:
                                            ["sink"], registry=r)
         self.policy_denials = Counter("bastion_policy_denials", "Calls denied by the access policy, by rule.",
                                       ["rule"], registry=r)
+        self.upstream_stray_responses = Counter(
+            "bastion_upstream_stray_responses", "Upstream responses dropped because they answered no request of "
+            "their stream (reason: unknown_id, late, duplicate, wrong_stream, malformed_id).",
+            ["upstream", "reason"], registry=r)
         self.limiter_redis_up = Gauge("bastion_limiter_redis_up", "1 when the rate limiter's Redis answers.",
                                       registry=r)
 
@@ -126,6 +130,11 @@ class Metrics:
     def audit_sink_failed(self, sink: str) -> None:
         """Matches ``AuditLog(on_sink_failure=...)``."""
         self.audit_sink_failures.labels(sink=self._cap("sink", sink)).inc()
+
+    def upstream_stray_response(self, upstream: str, reason: str) -> None:
+        """Matches ``build_upstream(on_stray=...)``."""
+        self.upstream_stray_responses.labels(upstream=self._cap("upstream", upstream),
+                                             reason=self._cap("reason", reason)).inc()
 
     def set_limiter_redis_up(self, up: bool) -> None:
         self.limiter_redis_up.set(1 if up else 0)

@@ -58,10 +58,10 @@ async def test_close_shuts_the_child_down() -> None:
 async def test_close_kills_a_server_that_ignores_eof_and_sigterm(tmp_path: Path) -> None:
     script = tmp_path / "stubborn.py"
     script.write_text(
-        "import signal, sys, time\n"
+        "import json, signal, sys, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "sys.stdin.readline()\n"
-        'print(\'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2024-11-05","capabilities":{},'
+        "rid = json.loads(sys.stdin.readline())['id']\n"
+        'print(\'{"jsonrpc":"2.0","id":\' + str(rid) + \',"result":{"protocolVersion":"2024-11-05","capabilities":{},'
         '"serverInfo":{"name":"stubborn","version":"0"}}}\', flush=True)\n'
         "while True:\n    time.sleep(1)\n")
     up = StdioUpstream("stubborn", [sys.executable, str(script)], shutdown_grace=0.3, era="legacy")
@@ -77,9 +77,9 @@ async def test_close_kills_a_server_that_ignores_eof_and_sigterm(tmp_path: Path)
 async def test_unsupported_version_refuses_to_connect(tmp_path: Path) -> None:
     script = tmp_path / "future.py"
     script.write_text(
-        "import sys\n"
-        "sys.stdin.readline()\n"
-        'print(\'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"1999-01-01","capabilities":{},'
+        "import json, sys\n"
+        "rid = json.loads(sys.stdin.readline())['id']\n"
+        'print(\'{"jsonrpc":"2.0","id":\' + str(rid) + \',"result":{"protocolVersion":"1999-01-01","capabilities":{},'
         '"serverInfo":{"name":"future","version":"0"}}}\', flush=True)\n'
         "sys.stdin.readline()\n")
     up = StdioUpstream("future", [sys.executable, str(script)], era="legacy")
@@ -102,10 +102,10 @@ async def test_child_environment_is_minimal(tmp_path: Path, monkeypatch: pytest.
     out = tmp_path / "env.txt"
     script = tmp_path / "envdump.py"
     script.write_text(
-        "import os, sys\n"
+        "import json, os, sys\n"
         f"open({str(out)!r}, 'w').write(repr(sorted(os.environ.items())))\n"
-        "sys.stdin.readline()\n"
-        'print(\'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},'
+        "rid = json.loads(sys.stdin.readline())['id']\n"
+        'print(\'{"jsonrpc":"2.0","id":\' + str(rid) + \',"result":{"protocolVersion":"2025-06-18","capabilities":{},'
         '"serverInfo":{"name":"env","version":"0"}}}\', flush=True)\n'
         "sys.stdin.read()\n")
     up = StdioUpstream("env", [sys.executable, str(script)], env={"CONFIGURED": "yes"}, era="legacy")

@@ -25,6 +25,7 @@ from bastion.units import parse_duration
 from bastion.upstream.base import EraSetting, Upstream
 from bastion.upstream.h1pool import H1Pool, eligible
 from bastion.upstream.http_auto import AutoHttpUpstream
+from bastion.upstream.session import StrayHandler
 from bastion.upstream.sse_legacy import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
 from bastion.yamlfile import expand_env
@@ -143,11 +144,14 @@ class UpstreamConfig:
                    http_client=http_client, **common)
 
 
-def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient) -> Upstream:
+def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient, *,
+                   on_stray: StrayHandler | None = None) -> Upstream:
+    """``on_stray(upstream, reason)`` hears of every response dropped because it answered no request of its stream
+    (see ``bastion.upstream.session``); the app counts them."""
     if cfg.transport == "stdio":
-        return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd, era=cfg.era)
+        return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd, era=cfg.era, on_stray=on_stray)
     assert cfg.url is not None
     if cfg.transport == "sse":
-        return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client)
+        return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client, on_stray=on_stray)
     fast = H1Pool(cfg.name) if cfg.http_client == "fast" and eligible(cfg.url) else None
-    return AutoHttpUpstream(cfg.name, cfg.url, cfg.headers, http_client, era=cfg.era, fast=fast)
+    return AutoHttpUpstream(cfg.name, cfg.url, cfg.headers, http_client, era=cfg.era, fast=fast, on_stray=on_stray)

@@ -28,7 +28,7 @@ from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, Up
 from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.httpio import STREAM_TIMEOUT, HttpPeer, ResponseLike, http_errors, is_event_stream, sse_events
-from bastion.upstream.session import Pending, RpcSession
+from bastion.upstream.session import CLEANUP_TIMEOUT, Pending, RpcSession, StrayHandler
 from bastion.upstream.supervisor import Backoff
 
 __all__ = ["HttpUpstream"]
@@ -45,7 +45,7 @@ VERSION_HEADER = "MCP-Protocol-Version"
 class HttpUpstream(HttpPeer):
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
-                 backoff_max: float = 30.0, fast: H1Pool | None = None) -> None:
+                 backoff_max: float = 30.0, fast: H1Pool | None = None, on_stray: StrayHandler | None = None) -> None:
         super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast)
         self._backoff = Backoff(backoff_initial, backoff_max)
         # Rebuilt once per (re)initialization, so the hot path does no header assembly.
@@ -53,7 +53,7 @@ class HttpUpstream(HttpPeer):
         self._session_id: str | None = None
         self._generation = 0
         self._init_lock = asyncio.Lock()
-        self._rpc = RpcSession(name, self._post_message)
+        self._rpc = RpcSession(name, self._post_message, on_stray=on_stray)
         self._listener: asyncio.Task[None] | None = None
         self._stream_answered = asyncio.Event()
 
@@ -83,8 +83,12 @@ class HttpUpstream(HttpPeer):
         await self._rpc.aclose()
         if self._session_id is not None:
             try:
-                with http_errors(self.name, "DELETE"):
-                    await self._client.delete(self._url, headers=self._headers)
+                # Bounded: a frozen upstream must not hold the gateway's shutdown.
+                async with asyncio.timeout(CLEANUP_TIMEOUT):
+                    with http_errors(self.name, "DELETE"):
+                        await self._client.delete(self._url, headers=self._headers)
+            except TimeoutError:
+                log.info("upstream.delete_failed", upstream=self.name, detail=f"no answer within {CLEANUP_TIMEOUT:g} s")
             except UpstreamUnavailable as exc:
                 log.info("upstream.delete_failed", upstream=self.name, detail=exc.log_detail)
             self._session_id = None
@@ -223,7 +227,8 @@ class HttpUpstream(HttpPeer):
                     self._stream_answered.set()
                     async for event in sse_events(response, decoder):
                         if event.event == "message" and event.data:
-                            await self._rpc.handle(orjson.loads(event.data))
+                            # bastion never resumes a request's stream here, so a response on it is stray.
+                            await self._rpc.handle(orjson.loads(event.data), answers=False)
         except UpstreamUnavailable as exc:
             log.info("upstream.get_stream_failed", upstream=self.name, detail=exc.log_detail)
         return decoder.retry or 0

@@ -18,6 +18,7 @@ from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessag
 from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.http import HttpUpstream
 from bastion.upstream.http_modern import ModernHttpUpstream
+from bastion.upstream.session import StrayHandler
 
 __all__ = ["AutoHttpUpstream"]
 
@@ -25,15 +26,18 @@ __all__ = ["AutoHttpUpstream"]
 class AutoHttpUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  era: EraSetting = "auto", init_timeout: float = 30.0, listen: bool = True,
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0, fast: H1Pool | None = None) -> None:
+                 backoff_initial: float = 0.5, backoff_max: float = 30.0, fast: H1Pool | None = None,
+                 on_stray: StrayHandler | None = None) -> None:
         """``fast``: a keep-alive pool for this upstream's POSTs (see ``h1pool``); this upstream owns it and
         closes it in ``close``. Without one, every request goes through ``client``."""
         self.name = name
         self._fast = fast
         self._modern = ModernHttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
-                                          backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast)
+                                          backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
+                                          on_stray=on_stray)
         self._legacy = HttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
-                                    backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast)
+                                    backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
+                                    on_stray=on_stray)
         self._era: UpstreamEra | None = None if era == "auto" else era
         self._active: ModernHttpUpstream | HttpUpstream | None = None
 

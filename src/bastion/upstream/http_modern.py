@@ -34,7 +34,7 @@ from bastion.upstream.modern import (
     parse_discover_result,
 )
 from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
-from bastion.upstream.session import Pending, RpcSession
+from bastion.upstream.session import Pending, RpcSession, StrayHandler
 from bastion.upstream.supervisor import Backoff
 
 __all__ = ["ModernHttpUpstream"]
@@ -52,9 +52,9 @@ async def _ignore(method: str, params: Mapping[str, Any]) -> None:
 class ModernHttpUpstream(HttpPeer):
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
-                 backoff_max: float = 30.0, fast: H1Pool | None = None) -> None:
+                 backoff_max: float = 30.0, fast: H1Pool | None = None, on_stray: StrayHandler | None = None) -> None:
         super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast)
-        self._rpc = RpcSession(name, self._send)
+        self._rpc = RpcSession(name, self._send, on_stray=on_stray)
         self._rpc.accept_server_requests = False
         self._rpc.cancel_by_notice = False
         self._calls = ModernCalls(name)
@@ -96,17 +96,19 @@ class ModernHttpUpstream(HttpPeer):
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
         if self._closed or self._info is None:
             raise UpstreamUnavailable(self.name, log_detail="not connected")
+        deadline = asyncio.get_running_loop().time() + timeout
         try:
             result = await self._rpc.call(method, self._calls.params(params), timeout=timeout, on_message=on_message,
                                           transmit=self._transmit)
         except UpstreamRpcError as exc:
             if exc.code != HEADER_MISMATCH or method != "tools/call":
                 raise
-            # The spec's remedy: our view of the tool's x-mcp-header arguments is stale; re-list, retry once.
+            # The spec's remedy: our view of the tool's x-mcp-header arguments is stale; re-list, retry once, all
+            # within the caller's one deadline.
             log.info("upstream.header_mismatch_retry", upstream=self.name)
-            await self._relist_tools(timeout)
-            result = await self._rpc.call(method, self._calls.params(params), timeout=timeout, on_message=on_message,
-                                          transmit=self._transmit)
+            await self._relist_tools(deadline, timeout)
+            result = await self._rpc.call(method, self._calls.params(params), timeout=self._rpc.remaining(deadline),
+                                          on_message=on_message, transmit=self._transmit, reported_timeout=timeout)
         return self._calls.result(method, params, result)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
@@ -119,12 +121,13 @@ class ModernHttpUpstream(HttpPeer):
 
     # -- requests --------------------------------------------------------------------------------------------
 
-    async def _relist_tools(self, timeout: float) -> None:
+    async def _relist_tools(self, deadline: float, timeout: float) -> None:
         cursor: Any = None
         for _ in range(100):
             params = {"cursor": cursor} if cursor is not None else None
-            result = await self._rpc.call("tools/list", self._calls.params(params), timeout=timeout, on_message=None,
-                                          transmit=self._transmit)
+            result = await self._rpc.call("tools/list", self._calls.params(params),
+                                          timeout=self._rpc.remaining(deadline), on_message=None,
+                                          transmit=self._transmit, reported_timeout=timeout)
             self._calls.result("tools/list", params, result)
             cursor = result.get("nextCursor")
             if not isinstance(cursor, str):

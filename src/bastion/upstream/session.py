@@ -7,13 +7,21 @@ feeds every message it reads to ``handle``. The session does the rest, identical
 and legacy HTTP+SSE.
 
 Routing of upstream-initiated messages:
-- a response resolves the pending request with its id (late or unknown ids are logged and dropped);
-- ``notifications/progress`` goes to the request whose rewritten token it carries, with the caller's token put
-  back; other notifications go to the request whose stream carried them (``related``, Streamable HTTP) or, when
-  no stream says so, to ``on_notification``;
+- a response resolves the pending request with its id, once, and only from the stream that request owns: where
+  the transport knows the stream (``related``: a Streamable HTTP POST stream) a response carrying any other id is
+  stray, and a stream that carries no responses (the HTTP GET stream: ``answers=False``) has only stray ones.
+  Stray responses (unknown id, late, duplicate, wrong stream, malformed id) are dropped, logged with the
+  upstream's name and reported to ``on_stray`` (the metric), so one caller never receives what was sent under
+  another caller's id. Ids come from ``RequestIds``: never reused on a connection, and not guessable;
+- ``notifications/progress`` goes to the request whose rewritten token it carries (on a request's own stream
+  only), with the caller's token put back; other notifications go to the request whose stream carried them
+  (``related``, Streamable HTTP) or, when no stream says so, to ``on_notification``. A log message on stdio,
+  which has no per-request stream, belongs to a call only when exactly one call is in flight;
 - a server request (``sampling/createMessage``, ``elicitation/create``, ``roots/list``) goes to ``related``
   when the transport knows it; otherwise (stdio, GET streams) to the only in-flight request that accepts
-  messages, or, when several do, the most recently sent one. ``ping`` is answered here.
+  messages. With several, bastion cannot tell whose it is, and relaying it to the wrong client would hand that
+  client another caller's data: it is refused. ``roots/list`` with no call to relay it to is answered with an
+  empty list (bastion shares no client's roots outside that client's own call); ``ping`` is answered here.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import structlog
 
@@ -34,8 +42,9 @@ from bastion.errors import (
     UpstreamUnavailable,
 )
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler
+from bastion.upstream.ids import RequestIds
 
-__all__ = ["Pending", "RpcSession", "Send", "Transmit"]
+__all__ = ["CLEANUP_TIMEOUT", "Pending", "RpcSession", "Send", "StrayHandler", "Transmit"]
 
 log = structlog.get_logger("bastion.upstream")
 
@@ -45,6 +54,16 @@ PROGRESS = "notifications/progress"
 LOG_MESSAGE = "notifications/message"
 CANCELLED = "notifications/cancelled"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+ROOTS_LIST = "roots/list"
+# Clean-up sent to an upstream after its caller has been answered (a cancellation notice, the answer to one of its
+# own requests) gets this long; a frozen upstream must not pin a task, a connection or a socket forever.
+CLEANUP_TIMEOUT = 5.0
+# Ids of finished requests remembered to tell a late answer from one to an id never sent.
+_FINISHED_MEMORY = 4096
+
+# (upstream name, reason): one stray response was dropped. Reasons: unknown_id, late, duplicate, wrong_stream,
+# malformed_id.
+StrayHandler = Callable[[str, str], None]
 
 
 @dataclass(slots=True, eq=False)
@@ -65,26 +84,42 @@ async def _ignore(method: str, params: Mapping[str, Any]) -> None:
     return None
 
 
+def _no_stray(upstream: str, reason: str) -> None:
+    return None
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _valid_id(value: Any) -> TypeGuard[int | str]:
+    """JSON-RPC ids are strings or integers; anything else (and ``bool``) cannot be hashed or compared safely."""
+    return isinstance(value, str) or _is_int(value)
+
+
 class RpcSession:
-    def __init__(self, name: str, send: Send) -> None:
+    def __init__(self, name: str, send: Send, *, on_stray: StrayHandler | None = None) -> None:
         self.name = name
         self.on_notification: NotificationHandler = _ignore
+        self.on_stray: StrayHandler = on_stray or _no_stray
         # Era-dependent, set by the transport once it knows the era: 2026-07-28 servers must not send requests
         # (so none is relayed to a client), and over HTTP a request is cancelled by closing its stream instead.
         self.accept_server_requests = True
         self.cancel_by_notice = True
         self._send = send
-        self._next_id = 0
-        # Insertion order is send order, which the server-request routing rule relies on.
+        self._ids = RequestIds()
         self._pending: dict[int, Pending] = {}
+        # Recently finished ids, oldest first (a dict as an ordered set), to classify late answers.
+        self._finished: dict[int, None] = {}
         self._serving: dict[Any, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
 
     # -- outgoing --------------------------------------------------------------------------------------------
 
     def open(self, method: str, params: Mapping[str, Any] | None, on_message: RelatedMessageHandler | None) -> Pending:
-        self._next_id += 1
-        rid = self._next_id
+        rid = self._ids.next()
+        while rid in self._pending or rid in self._finished:  # pragma: no cover - a permutation never repeats
+            rid = self._ids.next()
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
         client_token = None
         if params is not None:
@@ -100,27 +135,44 @@ class RpcSession:
         return pending
 
     async def call(self, method: str, params: Mapping[str, Any] | None, *, timeout: float | None,
-                   on_message: RelatedMessageHandler | None, transmit: Transmit) -> dict[str, Any]:
-        """``timeout=None`` is for requests meant to last (a ``subscriptions/listen`` stream)."""
+                   on_message: RelatedMessageHandler | None, transmit: Transmit,
+                   reported_timeout: float | None = None) -> dict[str, Any]:
+        """``timeout=None`` is for requests meant to last (a ``subscriptions/listen`` stream). ``timeout`` is what
+        is left of the caller's deadline; ``reported_timeout`` the configured one its error names, when they
+        differ (time already spent waiting for a reconnect, or on an earlier attempt)."""
         pending = self.open(method, params, on_message)
         try:
             async with asyncio.timeout(timeout):
                 await transmit(pending)
                 response = await pending.future
         except TimeoutError:
-            await self.cancel(pending.id, "timeout")
-            raise UpstreamTimeout(self.name, timeout or 0.0) from None
+            # The caller's answer leaves now. The notice goes out in the background under a deadline of its own:
+            # awaiting it here would hold the caller for as long as a frozen upstream takes to read it.
+            self.spawn(self.cancel(pending.id, "timeout"))
+            raise UpstreamTimeout(self.name, reported_timeout or timeout or 0.0) from None
         except asyncio.CancelledError:
             # This task is being cancelled, so the notice goes out from a task of its own.
             self.spawn(self.cancel(pending.id, "cancelled"))
             raise
         finally:
-            del self._pending[pending.id]
+            self._finish(pending)
         return self._result(response)
+
+    @staticmethod
+    def remaining(deadline: float) -> float:
+        """Seconds left until ``deadline`` (event-loop time), never negative."""
+        return max(0.0, deadline - asyncio.get_running_loop().time())
 
     def forget(self, pending: Pending) -> None:
         """Drop a request opened with ``open`` but not run through ``call`` (the HTTP era probe)."""
-        self._pending.pop(pending.id, None)
+        self._finish(pending)
+
+    def _finish(self, pending: Pending) -> None:
+        if self._pending.pop(pending.id, None) is None:
+            return
+        self._finished[pending.id] = None
+        if len(self._finished) > _FINISHED_MEMORY:
+            del self._finished[next(iter(self._finished))]
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -129,10 +181,15 @@ class RpcSession:
         await self._send(message)
 
     async def cancel(self, request_id: int, reason: str) -> None:
+        """Tell the upstream to stop working on a request; bounded by ``CLEANUP_TIMEOUT``, never raises."""
         if not self.cancel_by_notice:
             return
         try:
-            await self.notify(CANCELLED, {"requestId": request_id, "reason": reason})
+            async with asyncio.timeout(CLEANUP_TIMEOUT):
+                await self.notify(CANCELLED, {"requestId": request_id, "reason": reason})
+        except TimeoutError:
+            log.info("upstream.cancel_failed", upstream=self.name, request_id=request_id,
+                     detail=f"not delivered within {CLEANUP_TIMEOUT:g} s")
         except UpstreamUnavailable as exc:
             log.info("upstream.cancel_failed", upstream=self.name, request_id=request_id, detail=exc.log_detail)
 
@@ -165,17 +222,22 @@ class RpcSession:
 
     # -- incoming --------------------------------------------------------------------------------------------
 
-    async def handle(self, message: Any, related: Pending | None = None) -> None:
+    async def handle(self, message: Any, related: Pending | None = None, *, answers: bool = True) -> None:
+        """One message from the upstream. ``related``: the request whose stream carried it, when the transport
+        knows; ``answers=False``: the stream it came on never carries responses (the HTTP GET stream)."""
         if not isinstance(message, dict):
             log.warning("upstream.bad_message", upstream=self.name, kind=type(message).__name__)
             return
         method = message.get("method")
         if method is None:
-            self._resolve(message)
+            self._resolve(message, related, answers)
         elif not isinstance(method, str):
             log.warning("upstream.bad_message", upstream=self.name, kind="method is not a string")
         elif "id" in message:
             rid = message["id"]
+            if not _valid_id(rid):
+                log.warning("upstream.bad_message", upstream=self.name, kind="request id is not a string or integer")
+                return
             task = self.spawn(self._serve(rid, method, message.get("params"), related))
             self._serving[rid] = task
             task.add_done_callback(lambda _t: self._serving.pop(rid, None))
@@ -183,35 +245,64 @@ class RpcSession:
             params = message.get("params")
             await self._notification(method, params if isinstance(params, dict) else {}, related)
 
-    def _resolve(self, message: dict[str, Any]) -> None:
+    def _resolve(self, message: dict[str, Any], related: Pending | None, answers: bool) -> None:
         rid = message.get("id")
-        pending = self._pending.get(rid) if isinstance(rid, int) and not isinstance(rid, bool) else None
-        if pending is None or pending.future.done():
-            log.debug("upstream.late_response", upstream=self.name, id=rid)
-            return
-        pending.future.set_result(message)
+        if rid is None and related is not None and answers and "error" in message:
+            # JSON-RPC's null id: the server could not read our request's id. On that request's own stream the
+            # error can only be about that request.
+            message = {**message, "id": related.id}
+            rid = related.id
+        pending = self._pending.get(rid) if _is_int(rid) else None
+        if not answers or (related is not None and pending is not related):
+            reason = "wrong_stream"
+        elif pending is not None:
+            if not pending.future.done():
+                pending.future.set_result(message)
+                return
+            reason = "duplicate"
+        elif not _valid_id(rid):
+            reason = "malformed_id"
+        elif _is_int(rid) and rid in self._finished:
+            reason = "late"
+        else:
+            reason = "unknown_id"
+        self._stray(reason, rid, related)
+
+    def _stray(self, reason: str, rid: Any, related: Pending | None) -> None:
+        # A late answer is what a slow upstream produces after a timeout; everything else is a broken or hostile
+        # upstream, worth an operator's attention.
+        emit = log.info if reason == "late" else log.warning
+        emit("upstream.stray_response", upstream=self.name, reason=reason, id=str(rid)[:64],
+             stream=related.id if related is not None else None)
+        try:
+            self.on_stray(self.name, reason)
+        except Exception:
+            log.exception("upstream.stray_handler_failed", upstream=self.name)
 
     async def _notification(self, method: str, params: dict[str, Any], related: Pending | None) -> None:
         target = related if related is not None else self._subscription(params)
         if method == PROGRESS:
             token = params.get("progressToken")
-            target = self._pending.get(token) if isinstance(token, int) and not isinstance(token, bool) else None
-            if target is None or target.client_token is None:
+            owner = self._pending.get(token) if _is_int(token) else None
+            if owner is None or owner.client_token is None or (related is not None and owner is not related):
+                # Progress for another request's token on this request's stream is as stray as its response.
+                log.debug("upstream.stray_progress", upstream=self.name, token=str(token)[:64])
                 return
-            params = {**params, "progressToken": target.client_token}
+            target = owner
+            params = {**params, "progressToken": owner.client_token}
         elif method == CANCELLED:
             rid = params.get("requestId")
-            task = self._serving.get(rid)
+            task = self._serving.get(rid) if _valid_id(rid) else None
             if task is not None:
                 task.cancel()
-            ours = self._pending.get(rid) if isinstance(rid, int) and not isinstance(rid, bool) else None
+            ours = self._pending.get(rid) if _is_int(rid) else None
             if ours is not None and not ours.future.done():
                 # A modern stdio server ends a subscription this way.
                 ours.future.set_exception(UpstreamUnavailable(self.name, log_detail=f"server cancelled {rid}"))
             return
         if target is None and method == LOG_MESSAGE:
-            # stdio has no per-request stream: a log message during a call belongs to that call, by the same
-            # routing rule as server-to-client requests.
+            # stdio has no per-request stream: a log message during a call belongs to that call when it is the
+            # only one; otherwise it is unrelated (``on_notification``), never guessed onto some caller.
             target = self._route()
         try:
             if target is not None:
@@ -226,15 +317,17 @@ class RpcSession:
         """The ``subscriptions/listen`` request a stdio notification belongs to, by its subscription id."""
         meta = params.get("_meta")
         sid = meta.get(SUBSCRIPTION_ID) if isinstance(meta, Mapping) else None
-        if isinstance(sid, int) and not isinstance(sid, bool):
+        if _is_int(sid):
             return self._pending.get(sid)
         return None
 
+    def _candidates(self) -> list[Pending]:
+        return [p for p in self._pending.values() if p.on_message is not None and not p.future.done()]
+
     def _route(self) -> Pending | None:
-        for pending in reversed(self._pending.values()):
-            if pending.on_message is not None and not pending.future.done():
-                return pending
-        return None
+        """The in-flight request an unattributed message belongs to: only when exactly one could own it."""
+        candidates = self._candidates()
+        return candidates[0] if len(candidates) == 1 else None
 
     async def _serve(self, rid: Any, method: str, params: Any, related: Pending | None) -> None:
         response: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
@@ -246,7 +339,16 @@ class RpcSession:
                 log.warning("upstream.server_request_refused", upstream=self.name, method=method)
                 raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
             elif target is None or target.on_message is None:
-                raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
+                if method == ROOTS_LIST:
+                    # bastion offers ``roots`` to upstreams, so it answers; outside a call (or when it cannot
+                    # tell whose call this is) no client's roots may be shared: the truthful answer is none.
+                    response["result"] = {"roots": []}
+                elif target is None and len(self._candidates()) > 1:
+                    log.warning("upstream.server_request_ambiguous", upstream=self.name, method=method)
+                    raise ProtocolError(INTERNAL_ERROR, f"{method} cannot be attributed to one of several requests "
+                                        "in flight; bastion relays it only on a request's own stream")
+                else:
+                    raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
             else:
                 result = await target.on_message(method, params if isinstance(params, dict) else {})
                 response["result"] = dict(result) if result is not None else {}
@@ -256,7 +358,11 @@ class RpcSession:
             log.exception("upstream.server_request_failed", upstream=self.name, method=method)
             response["error"] = {"code": INTERNAL_ERROR, "message": "Internal error"}
         try:
-            await self._send(response)
+            async with asyncio.timeout(CLEANUP_TIMEOUT):
+                await self._send(response)
+        except TimeoutError:
+            log.info("upstream.answer_failed", upstream=self.name, method=method,
+                     detail=f"not delivered within {CLEANUP_TIMEOUT:g} s")
         except UpstreamUnavailable as exc:
             log.info("upstream.answer_failed", upstream=self.name, method=method, detail=exc.log_detail)
 

@@ -22,7 +22,7 @@ from bastion.errors import UpstreamUnavailable
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, same_origin, sse_events
-from bastion.upstream.session import Pending, RpcSession
+from bastion.upstream.session import Pending, RpcSession, StrayHandler
 from bastion.upstream.supervisor import Backoff, Supervisor
 
 __all__ = ["SseUpstream"]
@@ -34,7 +34,8 @@ LIST_CHANGED = "notifications/tools/list_changed"
 
 class SseUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
-                 init_timeout: float = 30.0, backoff_initial: float = 0.5, backoff_max: float = 30.0) -> None:
+                 init_timeout: float = 30.0, backoff_initial: float = 0.5, backoff_max: float = 30.0,
+                 on_stray: StrayHandler | None = None) -> None:
         self.name = name
         self._url = url
         self._client = client
@@ -44,7 +45,7 @@ class SseUpstream:
         self._endpoint: str | None = None
         self._stream: asyncio.Task[None] | None = None
         self._closed = False
-        self._rpc = RpcSession(name, self._post)
+        self._rpc = RpcSession(name, self._post, on_stray=on_stray)
         self._supervisor = Supervisor(name, self._connect, self._announce_reconnect,
                                       Backoff(backoff_initial, backoff_max))
 
@@ -58,9 +59,10 @@ class SseUpstream:
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
+        deadline = asyncio.get_running_loop().time() + timeout
         await self._supervisor.ready(timeout)
-        return await self._rpc.call(method, params, timeout=timeout, on_message=on_message,
-                                    transmit=self._transmit)
+        return await self._rpc.call(method, params, timeout=self._rpc.remaining(deadline), on_message=on_message,
+                                    transmit=self._transmit, reported_timeout=timeout)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         await self._rpc.notify(method, params)

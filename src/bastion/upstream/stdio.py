@@ -34,7 +34,7 @@ from bastion.upstream.modern import (
     parse_discover_result,
 )
 from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
-from bastion.upstream.session import Pending, RpcSession
+from bastion.upstream.session import Pending, RpcSession, StrayHandler
 from bastion.upstream.supervisor import Backoff, Supervisor
 
 __all__ = ["INHERITED_ENV", "StdioUpstream"]
@@ -53,7 +53,7 @@ class StdioUpstream:
                  cwd: str | None = None, *, init_timeout: float = 30.0, backoff_initial: float = 0.5,
                  backoff_max: float = 30.0, shutdown_grace: float = 2.0,
                  max_message_bytes: int = 64 * 1024 * 1024, era: EraSetting = "auto",
-                 probe_timeout: float = 10.0) -> None:
+                 probe_timeout: float = 10.0, on_stray: StrayHandler | None = None) -> None:
         if not command:
             raise ValueError("command must not be empty")
         self.name = name
@@ -65,7 +65,7 @@ class StdioUpstream:
         self._limit = max_message_bytes
         self._era = era
         self._probe_timeout = min(probe_timeout, init_timeout)
-        self._rpc = RpcSession(name, self._write)
+        self._rpc = RpcSession(name, self._write, on_stray=on_stray)
         self._calls: ModernCalls | None = None
         self._listener = Listener(name, self._open_listen, lambda: self._rpc.on_notification,
                                   Backoff(backoff_initial, backoff_max))
@@ -90,13 +90,16 @@ class StdioUpstream:
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
+        # One deadline for the caller: time spent waiting for a restarting child comes out of it.
+        deadline = asyncio.get_running_loop().time() + timeout
         await self._supervisor.ready(timeout)
         calls = self._calls
+        left = self._rpc.remaining(deadline)
         if calls is None:
-            return await self._rpc.call(method, params, timeout=timeout, on_message=on_message,
-                                        transmit=self._transmit)
-        result = await self._rpc.call(method, calls.params(params), timeout=timeout, on_message=on_message,
-                                      transmit=self._transmit)
+            return await self._rpc.call(method, params, timeout=left, on_message=on_message,
+                                        transmit=self._transmit, reported_timeout=timeout)
+        result = await self._rpc.call(method, calls.params(params), timeout=left, on_message=on_message,
+                                      transmit=self._transmit, reported_timeout=timeout)
         return calls.result(method, params, result)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
