@@ -20,6 +20,7 @@ from bastion.errors import UpstreamRpcError, UpstreamUnavailable
 from bastion.pipeline import CallContext, CallRecord, Era, Pipeline
 from bastion.pool import UpstreamPool
 from bastion.principal import Principal
+from bastion.server.log_relay import log_targets, stamped
 from bastion.server.sessions import LiveSessions, SessionStore
 from bastion.settings import Settings
 from bastion.tool import ToolEntry
@@ -153,7 +154,11 @@ class Gateway:
                 await listener(changed)
 
     async def upstream_event(self, upstream: str, method: str, params: Mapping[str, Any]) -> None:
-        """Relay an upstream's resource update to the sessions of this replica subscribed to that resource."""
+        """Relay an upstream's resource update to the sessions of this replica subscribed to that resource, and
+        its log messages outside any call to the sessions that asked for logging (``server.log_relay``)."""
+        if method == "notifications/message":
+            self._relay_log(upstream, params)
+            return
         if method != "notifications/resources/updated" or not isinstance(params.get("uri"), str):
             return
         prefix = self.upstream_of(upstream).prefix
@@ -165,6 +170,26 @@ class Gateway:
                 live.get_stream.put_nowait(message)
         for listener in self.resource_listeners:
             listener(public, cleaned)
+
+    def _relay_log(self, upstream: str, params: Mapping[str, Any]) -> None:
+        targets = log_targets(self.live.all(), params.get("level"), lambda p: self.may_see_upstream(p, upstream))
+        if not targets:
+            return
+        cleaned = self.clean_notification(upstream, "notifications/message", stamped(upstream, params))
+        message = {"jsonrpc": "2.0", "method": "notifications/message", "params": cleaned}
+        for live in targets:
+            if live.get_stream is not None:
+                live.get_stream.put_nowait(message)
+
+    def may_see_upstream(self, principal: Principal, upstream: str) -> bool:
+        """Whether anything of ``upstream`` is visible to ``principal`` (a tool, prompt or resource)."""
+        catalogue = self.view.catalogue
+        return any(t.upstream == upstream and t.public_name not in self.view.quarantined
+                   and self.access.tool_visible(principal, t) for t in catalogue.tools) \
+            or any(p.upstream == upstream and self.access.prompt_visible(principal, upstream, p.public_name)
+                   for p in catalogue.prompts) \
+            or any(up == upstream and self.access.resource_visible(principal, up, str(r.get("uri")))
+                   for up, r in catalogue.resources)
 
     def _instructions(self) -> str | None:
         if self.pool is None:

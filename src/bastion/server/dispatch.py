@@ -132,6 +132,8 @@ class Dispatcher:
             raise InvalidParams(f"Invalid log level: must be one of {', '.join(LOG_LEVELS)}")
         if scope.session is not None:
             await self.gw.store.update(replace(scope.session, log_level=str(level)))
+        if scope.live is not None:
+            scope.live.log_level = str(level)  # this replica's GET stream relays unrelated upstream logs by it
         return {}
 
     def initialize_result(self, version: str) -> dict[str, Any]:
@@ -351,6 +353,10 @@ class Dispatcher:
                     await scope.emitter.notify(method, self.gw.clean_notification(upstream, method, dict(params)))
                 return None
             capability = CLIENT_REQUESTS.get(method)
+            if method == "roots/list" and (scope.era != "legacy" or capability not in scope.client_capabilities
+                                           or isinstance(scope.emitter, NullEmitter)):
+                # bastion advertises roots to upstreams; a caller that cannot be asked shares none.
+                return {"roots": []}
             if capability is not None:
                 if scope.era != "legacy":
                     # A 2026-07-28 client can only be asked through an input_required result, which would need

@@ -458,6 +458,7 @@ class McpEndpoint:
             raise HttpError(409, "Conflict: this session already has a GET stream")
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         live.get_stream = queue
+        live.principal, live.log_level = principal, session.log_level  # for upstream log relay
 
         async def events() -> AsyncIterator[bytes]:
             try:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import orjson
 
 from bastion.errors import HttpError
+from bastion.principal import Principal
 
 SESSION_ID_BYTES = 32
 
@@ -138,6 +139,10 @@ class LiveSession:
     pending: dict[Any, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     subscriptions: set[str] = field(default_factory=set)  # public resource URIs
     last_seen: float = 0.0
+    # Who holds the GET stream, and the log floor it asked for (``logging/setLevel``): for relaying upstream log
+    # messages that belong to no call (``bastion.server.log_relay``).
+    principal: Principal | None = None
+    log_level: str | None = None
 
     @property
     def busy(self) -> bool:

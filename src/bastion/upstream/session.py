@@ -243,7 +243,7 @@ class RpcSession:
             task.add_done_callback(lambda _t: self._serving.pop(rid, None))
         else:
             params = message.get("params")
-            await self._notification(method, params if isinstance(params, dict) else {}, related)
+            await self._notification(method, params if isinstance(params, dict) else {}, related, answers)
 
     def _resolve(self, message: dict[str, Any], related: Pending | None, answers: bool) -> None:
         rid = message.get("id")
@@ -279,7 +279,8 @@ class RpcSession:
         except Exception:
             log.exception("upstream.stray_handler_failed", upstream=self.name)
 
-    async def _notification(self, method: str, params: dict[str, Any], related: Pending | None) -> None:
+    async def _notification(self, method: str, params: dict[str, Any], related: Pending | None,
+                            answers: bool = True) -> None:
         target = related if related is not None else self._subscription(params)
         if method == PROGRESS:
             token = params.get("progressToken")
@@ -300,9 +301,10 @@ class RpcSession:
                 # A modern stdio server ends a subscription this way.
                 ours.future.set_exception(UpstreamUnavailable(self.name, log_detail=f"server cancelled {rid}"))
             return
-        if target is None and method == LOG_MESSAGE:
+        if target is None and method == LOG_MESSAGE and answers:
             # stdio has no per-request stream: a log message during a call belongs to that call when it is the
-            # only one; otherwise it is unrelated (``on_notification``), never guessed onto some caller.
+            # only one; otherwise it is unrelated (``on_notification``), never guessed onto some caller. On the
+            # HTTP GET stream (``answers=False``) messages are unrelated by definition.
             target = self._route()
         try:
             if target is not None:

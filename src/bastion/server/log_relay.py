@@ -1,0 +1,59 @@
+"""Upstream log messages that belong to no request, relayed to the sessions that asked for logging.
+
+A handshake-era client asks for log messages with ``logging/setLevel``; bastion then relays an upstream's
+``notifications/message`` sent outside any call on that session's GET stream, when the message's level is at or
+above the session's floor. Two more conditions keep this from becoming a channel between tenants:
+
+- only sessions whose principal may see something of that upstream (a tool, prompt or resource, by the same
+  access policy that governs lists and calls) receive its messages;
+- the GET stream's backlog is bounded: log messages are best effort, and a client that stops reading must not
+  make bastion buffer an upstream's chatter without limit.
+
+Pure decisions here; ``Gateway.upstream_event`` does the cleaning and the delivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from bastion.principal import Principal
+from bastion.server.sessions import LiveSession
+
+__all__ = ["LOG_LEVELS", "MAX_BACKLOG", "level_allows", "log_targets", "stamped"]
+
+# RFC 5424 severities in ascending order, as MCP's LoggingLevel.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+# Messages waiting on one GET stream beyond which further log messages are dropped for it.
+MAX_BACKLOG = 256
+
+
+def level_allows(floor: str | None, level: Any) -> bool:
+    """Whether a message of ``level`` passes a session's explicit ``floor``; no floor means "did not ask"."""
+    if floor is None or level not in LOG_LEVELS or floor not in LOG_LEVELS:
+        return False
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(floor)
+
+
+def log_targets(sessions: Iterable[LiveSession], level: Any,
+                may_see: Callable[[Principal], bool]) -> list[LiveSession]:
+    """The live sessions that get this message: a GET stream open, logging asked for at or below ``level``,
+    a principal allowed to see the upstream, and room on the stream."""
+    out = []
+    for live in sessions:
+        stream = live.get_stream
+        if stream is None or live.principal is None or not level_allows(live.log_level, level):
+            continue
+        if stream.qsize() >= MAX_BACKLOG or not may_see(live.principal):
+            continue
+        out.append(live)
+    return out
+
+
+def stamped(upstream: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The message as relayed: outside a call the client cannot tell where it came from, so a message without a
+    ``logger`` names its upstream."""
+    out = dict(params)
+    if not isinstance(out.get("logger"), str):
+        out["logger"] = upstream
+    return out
