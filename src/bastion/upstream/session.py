@@ -175,21 +175,25 @@ class RpcSession:
             del self._finished[next(iter(self._finished))]
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        """Send a notification. Bounded by ``CLEANUP_TIMEOUT``: a notification has no answer to wait for, and an
+        upstream that does not take it in that long (frozen, its HTTP endpoint never answering the POST) must not
+        hold whoever sent it, be it a connect, a re-initialization inside a caller's request, or a cancellation."""
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = dict(params)
-        await self._send(message)
+        try:
+            async with asyncio.timeout(CLEANUP_TIMEOUT):
+                await self._send(message)
+        except TimeoutError:
+            raise UpstreamUnavailable(self.name, log_detail=f"{method} not delivered within {CLEANUP_TIMEOUT:g} s"
+                                      ) from None
 
     async def cancel(self, request_id: int, reason: str) -> None:
-        """Tell the upstream to stop working on a request; bounded by ``CLEANUP_TIMEOUT``, never raises."""
+        """Tell the upstream to stop working on a request; bounded (see ``notify``), never raises."""
         if not self.cancel_by_notice:
             return
         try:
-            async with asyncio.timeout(CLEANUP_TIMEOUT):
-                await self.notify(CANCELLED, {"requestId": request_id, "reason": reason})
-        except TimeoutError:
-            log.info("upstream.cancel_failed", upstream=self.name, request_id=request_id,
-                     detail=f"not delivered within {CLEANUP_TIMEOUT:g} s")
+            await self.notify(CANCELLED, {"requestId": request_id, "reason": reason})
         except UpstreamUnavailable as exc:
             log.info("upstream.cancel_failed", upstream=self.name, request_id=request_id, detail=exc.log_detail)
 
