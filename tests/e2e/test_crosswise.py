@@ -163,3 +163,17 @@ async def test_roots_list_outside_any_call_gets_an_empty_list(gw: GatewayProcess
             while (answer := text(await client.call_tool(f"{upstream}__roots_answer", {}))) == "none yet":
                 await anyio.sleep(0.1)
     assert json.loads(answer) == {"jsonrpc": "2.0", "id": "roots-outside-any-call", "result": {"roots": []}}
+
+
+@pytest.mark.parametrize("upstream", ["xs", "xh"])
+async def test_roots_list_in_a_call_is_the_callers_or_none(gw: GatewayProcess, upstream: str) -> None:
+    async def roots(context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri="file:///home/alice/project", name="project")])
+
+    async with connect(gw, ALICE_KEY, list_roots_callback=roots) as alice:
+        got = json.loads(text(await alice.call_tool(f"{upstream}__roots_in_call", {})))
+    assert got["result"]["roots"] == [{"uri": "file:///home/alice/project", "name": "project"}]
+    # A caller that did not declare roots is not asked: the upstream hears "none", not "method not found".
+    async with connect(gw, BOB_KEY) as bob:
+        got = json.loads(text(await bob.call_tool(f"{upstream}__roots_in_call", {})))
+    assert got["result"] == {"roots": []}
