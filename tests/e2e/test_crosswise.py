@@ -26,6 +26,13 @@ from tests.support.gateway import GatewayProcess
 
 ALICE_KEY = "bst_alice_" + "a" * 40
 BOB_KEY = "bst_bob_" + "b" * 40
+EVE_KEY = "bst_eve_" + "e" * 40  # a guest: may see the HTTP upstream only
+POLICY = """\
+version: 1
+rules:
+  - {id: staff, effect: allow, principals: {groups: [eng, ops]}, upstreams: [xs, xh]}
+  - {id: guests, effect: allow, principals: {groups: [guests]}, upstreams: [xh]}
+"""
 # An AWS access key id: the sanitizer redacts it wherever upstream text reaches a client.
 LEAKY = "AKIAIOSFODNN7EXAMPLE"
 
@@ -40,9 +47,14 @@ def crosswise_http() -> Iterator[FixtureServer]:
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, crosswise_http: FixtureServer) -> Iterator[GatewayProcess]:
     workdir: Path = tmp_path_factory.mktemp("crosswise")
+    policies = workdir / "policies"
+    policies.mkdir()
+    (policies / "rules.yaml").write_text(POLICY)
     gateway = GatewayProcess({
         "auth": {"api_keys": [{"id": "alice", "hash": hash_key(ALICE_KEY), "groups": ["eng"]},
-                              {"id": "bob", "hash": hash_key(BOB_KEY), "groups": ["ops"]}]},
+                              {"id": "bob", "hash": hash_key(BOB_KEY), "groups": ["ops"]},
+                              {"id": "eve", "hash": hash_key(EVE_KEY), "groups": ["guests"]}]},
+        "policies": str(policies),
         "upstreams": {"xs": stdio_upstream("tests.fixtures.crosswise_server", timeout="10s"),
                       "xh": {"url": crosswise_http.url, "timeout": "10s", **LEGACY}},
     }, workdir).start()
@@ -127,7 +139,7 @@ async def test_a_caller_cannot_forge_another_callers_answer_through_a_careless_u
 
 
 async def test_unrelated_upstream_logs_reach_the_sessions_that_asked_at_their_level(gw: GatewayProcess) -> None:
-    got: dict[str, list[types.LoggingMessageNotificationParams]] = {"alice": [], "bob": [], "carol": []}
+    got: dict[str, list[types.LoggingMessageNotificationParams]] = {"alice": [], "bob": [], "carol": [], "eve": []}
 
     def collector(who: str) -> Any:
         async def on_log(params: types.LoggingMessageNotificationParams) -> None:
@@ -136,9 +148,11 @@ async def test_unrelated_upstream_logs_reach_the_sessions_that_asked_at_their_le
 
     async with connect(gw, ALICE_KEY, logging_callback=collector("alice")) as alice, \
             connect(gw, BOB_KEY, logging_callback=collector("bob")) as bob, \
-            connect(gw, BOB_KEY, logging_callback=collector("carol")) as carol:
+            connect(gw, BOB_KEY, logging_callback=collector("carol")) as carol, \
+            connect(gw, EVE_KEY, logging_callback=collector("eve")) as eve:
         await alice.set_logging_level("warning")
         await bob.set_logging_level("error")
+        await eve.set_logging_level("debug")
         # carol never asks for logging: nothing outside her own calls reaches her.
         await anyio.sleep(0.5)  # the GET streams are open
         for upstream in ("xs", "xh"):
@@ -153,6 +167,8 @@ async def test_unrelated_upstream_logs_reach_the_sessions_that_asked_at_their_le
     assert all(LEAKY not in t for t in texts)  # sanitized like every other notification
     assert {p.logger for p in got["alice"]} == {"xs", "xh"}  # outside a call, the source is named
     assert got["bob"] == [] and got["carol"] == []
+    # eve may see only xh: she hears its messages, never those of an upstream hidden from her.
+    assert [str(p.data).split(",")[0] for p in got["eve"]] == ["disk low on xh"]
 
 
 @pytest.mark.parametrize("upstream", ["xs", "xh"])
