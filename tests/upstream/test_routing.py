@@ -254,3 +254,24 @@ async def test_a_relayed_server_request_error_is_answered() -> None:
     assert next(m for m in wire.sent if m.get("id") == 7)["error"]["code"] == -32601
     await wire.rpc.handle(answer(pending, "ok"), related=pending)
     await task
+
+
+async def test_a_listen_request_never_owns_an_untagged_message() -> None:
+    wire = Wire()
+    got: list[str] = []
+
+    async def listener(method: str, params: Mapping[str, Any]) -> None:
+        got.append("listen")
+
+    async def caller(method: str, params: Mapping[str, Any]) -> None:
+        got.append("call")
+
+    listen = asyncio.create_task(wire.rpc.call("subscriptions/listen", {}, timeout=None, on_message=listener,
+                                               transmit=wire.transmit))
+    call = wire.start(on_message=caller)
+    await asyncio.sleep(0)
+    await wire.rpc.handle({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info"}})
+    assert got == ["call"]
+    for p in wire.pending():
+        await wire.rpc.handle(answer(p, "ok"))
+    await asyncio.gather(listen, call)

@@ -55,6 +55,7 @@ LOG_MESSAGE = "notifications/message"
 CANCELLED = "notifications/cancelled"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 ROOTS_LIST = "roots/list"
+LISTEN = "subscriptions/listen"
 # Clean-up sent to an upstream after its caller has been answered (a cancellation notice, the answer to one of its
 # own requests) gets this long; a frozen upstream must not pin a task, a connection or a socket forever.
 CLEANUP_TIMEOUT = 5.0
@@ -328,7 +329,10 @@ class RpcSession:
         return None
 
     def _candidates(self) -> list[Pending]:
-        return [p for p in self._pending.values() if p.on_message is not None and not p.future.done()]
+        # A modern ``subscriptions/listen`` request gets only messages tagged with its subscription id
+        # (``_subscription``); it never owns an untagged one.
+        return [p for p in self._pending.values()
+                if p.on_message is not None and not p.future.done() and p.message.get("method") != LISTEN]
 
     def _route(self) -> Pending | None:
         """The in-flight request an unattributed message belongs to: only when exactly one could own it."""
