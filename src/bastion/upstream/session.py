@@ -61,6 +61,9 @@ LISTEN = "subscriptions/listen"
 CLEANUP_TIMEOUT = 5.0
 # Ids of finished requests remembered to tell a late answer from one to an id never sent.
 _FINISHED_MEMORY = 4096
+# Stray responses logged per connection and reason: every one of the first, then one in so many.
+_STRAY_LOG_FIRST = 100
+_STRAY_LOG_EVERY = 1000
 
 # (upstream name, reason): one stray response was dropped. Reasons: unknown_id, late, duplicate, wrong_stream,
 # malformed_id.
@@ -112,6 +115,7 @@ class RpcSession:
         self._pending: dict[int, Pending] = {}
         # Recently finished ids, oldest first (a dict as an ordered set), to classify late answers.
         self._finished: dict[int, None] = {}
+        self._stray_counts: dict[str, int] = {}
         self._serving: dict[Any, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
 
@@ -275,10 +279,13 @@ class RpcSession:
 
     def _stray(self, reason: str, rid: Any, related: Pending | None) -> None:
         # A late answer is what a slow upstream produces after a timeout; everything else is a broken or hostile
-        # upstream, worth an operator's attention.
-        emit = log.info if reason == "late" else log.warning
-        emit("upstream.stray_response", upstream=self.name, reason=reason, id=str(rid)[:64],
-             stream=related.id if related is not None else None)
+        # upstream, worth an operator's attention. A flood is logged sparsely (the metric counts every one), so a
+        # hostile upstream cannot drown the gateway's log.
+        count = self._stray_counts[reason] = self._stray_counts.get(reason, 0) + 1
+        if count <= _STRAY_LOG_FIRST or count % _STRAY_LOG_EVERY == 0:
+            emit = log.info if reason == "late" else log.warning
+            emit("upstream.stray_response", upstream=self.name, reason=reason, id=str(rid)[:64],
+                 stream=related.id if related is not None else None, total=count)
         try:
             self.on_stray(self.name, reason)
         except Exception:
