@@ -117,3 +117,14 @@ def test_openmetrics_on_request() -> None:
 
 def test_overhead_buckets_resolve_sub_millisecond() -> None:
     assert sum(1 for b in OVERHEAD_BUCKETS if b < 0.001) >= 4
+
+
+def test_stray_upstream_responses_are_counted_by_upstream_and_reason() -> None:
+    m = Metrics()
+    m.upstream_stray_response("files", "wrong_stream")
+    m.upstream_stray_response("files", "wrong_stream")
+    m.upstream_stray_response("files", "late")
+    s = _scrape(m)
+    assert s[("bastion_upstream_stray_responses_total",
+              frozenset({("upstream", "files"), ("reason", "wrong_stream")}))] == 2
+    assert s[("bastion_upstream_stray_responses_total", frozenset({("upstream", "files"), ("reason", "late")}))] == 1
