@@ -108,8 +108,9 @@ class SanitizeDefinitions:
                 continue
             prompts.append(PromptEntry(prompt.public_name, prompt.upstream, prompt.original_name,
                                        cleaned.definition))
-        resources = self._resources(cat.resources, "resource", "uri", refs, judge, dropped)
-        templates = self._resources(cat.templates, "template", "uriTemplate", refs, judge, dropped)
+        prefixes = {up: prefix for prefix, up in cat.prefixes.items()}
+        resources = self._resources(cat.resources, "resource", "uri", prefixes, refs, judge, dropped)
+        templates = self._resources(cat.templates, "template", "uriTemplate", prefixes, refs, judge, dropped)
         parts = []
         for upstream, text in view.upstream_instructions:
             policy = self._config.for_upstream(upstream)
@@ -130,7 +131,8 @@ class SanitizeDefinitions:
                        catalogue=replace(catalogue, dropped=tuple(dropped)))
 
     def _resources(self, items: tuple[tuple[str, Mapping[str, Any]], ...], kind: str, key: str,
-                   refs: Mapping[str, ToolRefs], judge: Callable[[str, str, str, object, Cleaned], None],
+                   prefixes: Mapping[str, str], refs: Mapping[str, ToolRefs],
+                   judge: Callable[[str, str, str, object, Cleaned], None],
                    dropped: list[Dropped]) -> list[tuple[str, Mapping[str, Any]]]:
         out: list[tuple[str, Mapping[str, Any]]] = []
         for upstream, resource in items:
@@ -138,7 +140,8 @@ class SanitizeDefinitions:
             if not policy.enabled:
                 out.append((upstream, resource))
                 continue
-            name = str(resource.get(key))
+            # Audited under the upstream's own URI, like tools under their upstream-side name.
+            name = str(resource.get(key)).removeprefix(f"{prefixes[upstream]}+" if upstream in prefixes else "")
             cleaned = sanitize_resource_definition(resource, policy, refs=refs.get(upstream))
             judge(kind, upstream, name, resource, cleaned)
             if cleaned.blocked:

@@ -72,7 +72,7 @@ def _item(walker: Walker, item: Mapping[str, Any], kind: str) -> dict[str, Any]:
     for key, value in item.items():
         if key in identifiers:
             out[key] = walker.keep(value, key)
-            if kind == "resource" and isinstance(value, str) and not uri_is_safe(value):
+            if kind == "resource" and isinstance(value, str) and not _uri_safe(value):
                 walker.semantic.add("unsafe_url")
                 walker.report.bump("unsafe_uri", key)
         elif kind == "tool" and key in ("inputSchema", "outputSchema"):
@@ -84,6 +84,13 @@ def _item(walker: Walker, item: Mapping[str, Any], kind: str) -> dict[str, Any]:
             if new is not DROP:
                 out[key] = new
     return out
+
+
+def _uri_safe(uri: str) -> bool:
+    """``uri_is_safe`` for the URI and for what follows each ``+`` of its scheme: a published resource URI is
+    ``<prefix>+<upstream URI>``, and the upstream's own scheme is what a client may act on once it is unwrapped."""
+    scheme = uri.partition(":")[0]
+    return uri_is_safe(uri) and all(uri_is_safe(uri[i + 1:]) for i, c in enumerate(scheme) if c == "+")
 
 
 def _argument(walker: Walker, arg: Any, where: str) -> Any:
