@@ -193,19 +193,21 @@ class AuditCatalogueDrops:
     def __init__(self, emit: AuditEmit, clock: Callable[[], float] = time.time) -> None:
         self._emit = emit
         self._clock = clock
-        self._seen: dict[ItemKey, tuple[str, str]] = {}
+        self._seen: dict[tuple[str, str, str, str], str] = {}
 
     async def __call__(self, view: View, lists: Mapping[str, UpstreamLists]) -> View:
-        current: dict[ItemKey, tuple[str, str]] = {}
+        # (kind, upstream, item, action) -> reason: an item both dropped once and quarantined gets both records.
+        current: dict[tuple[str, str, str, str], str] = {}
         for drop in view.catalogue.dropped:
-            current[(drop.kind, drop.upstream, drop.name)] = (drop.reason, "dropped")
+            current[(drop.kind, drop.upstream, drop.name, "dropped")] = drop.reason
         for public, reason in view.quarantined.items():
             entry = view.catalogue.tool(public)
-            key = ("tool", entry.upstream, entry.original_name) if entry is not None else ("tool", "", public)
-            current[key] = (reason, "quarantined")
+            upstream, name = (entry.upstream, entry.original_name) if entry is not None else ("", public)
+            current[("tool", upstream, name, "quarantined")] = reason
         at = self._clock()
-        for (kind, upstream, item), (reason, action) in current.items():
-            if self._seen.get((kind, upstream, item)) != (reason, action):
+        for key, reason in current.items():
+            if self._seen.get(key) != reason:
+                kind, upstream, item, action = key
                 await self._emit(catalogue_drop_record(at=at, upstream=upstream, item_kind=kind, item=item,
                                                        reason=reason, action=action))
         self._seen = current

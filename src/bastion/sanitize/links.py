@@ -20,6 +20,7 @@ _SECRET_KEY = re.compile(
     r"access_token|refresh_token|id_token|auth_token|session_token|bearer|api_key|apikey|access_key|"
     r"private_key|authorization|cookie|set_cookie|credential|credentials|connection_string|dsn)$")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SEPARATORS = re.compile(r"[^a-z0-9]+")
 # Protocol fields whose names happen to end like a credential's; they are identifiers, never secrets.
 PROTOCOL_KEYS = frozenset({"progressToken", "nextCursor", "cursor", "requestId", "requestState"})
 
@@ -39,5 +40,5 @@ def secret_key(name: str) -> bool:
     """True when an object key names a credential, so its value is redacted whatever it looks like."""
     if name in PROTOCOL_KEYS or len(name) > 128:
         return False
-    normal = _CAMEL.sub("_", name).lower().replace("-", "_").replace(".", "_").replace(" ", "_")
+    normal = _SEPARATORS.sub("_", _CAMEL.sub("_", name).lower())
     return _SECRET_KEY.search(normal) is not None
