@@ -67,6 +67,7 @@ def _finish(walker: Walker, definition: Any) -> Cleaned:
 
 
 def _item(walker: Walker, item: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    walker.prescan(item)
     out: dict[str, Any] = {}
     identifiers = _IDENTIFIERS[kind]
     for key, value in item.items():

@@ -8,6 +8,7 @@ inline raster images pass; ``http:`` only when the admin allows it (``sanitize.a
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _DATA_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp)(?:;[A-Za-z0-9=._+-]{1,64}){0,4},[A-Za-z0-9+/=%._~-]*",
                          re.IGNORECASE)
@@ -36,6 +37,7 @@ def link_allowed(url: str, allow_http: bool = False) -> bool:
     return _DATA_IMAGE.fullmatch(url) is not None
 
 
+@lru_cache(maxsize=4096)  # pure; the same few hundred keys recur in every definition and result
 def secret_key(name: str) -> bool:
     """True when an object key names a credential, so its value is redacted whatever it looks like."""
     if name in PROTOCOL_KEYS or len(name) > 128:

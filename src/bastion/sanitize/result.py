@@ -87,8 +87,7 @@ class Sanitizer:
         self._patterns = True
         # Fields beyond the ones handled here (annotations, icons, _meta, whatever a new revision adds) are walked
         # as text by default; credential keys are redacted by name in _meta.
-        self._walker = Walker(self)
-        self._meta_walker = Walker(self, by_key=True)
+        self._walkers: tuple[Walker, Walker] | None = None  # made on first use: most results need none
 
     def rest(self, source: Mapping[str, Any], out: dict[str, Any], handled: frozenset[str],
              where: str = "") -> dict[str, Any]:
@@ -96,7 +95,9 @@ class Sanitizer:
         for key, value in source.items():
             if key in handled:
                 continue
-            walker = self._meta_walker if key == "_meta" else self._walker
+            if self._walkers is None:
+                self._walkers = (Walker(self), Walker(self, by_key=True))
+            walker = self._walkers[key == "_meta"]
             new = walker.field(key, value, f"{where}{key}")
             if new is DROP:
                 out.pop(key, None)
@@ -127,13 +128,24 @@ class Sanitizer:
                 text += truncation_marker(omitted)
         return text
 
+    @property
+    def patterns(self) -> bool:
+        """False while a prescan found that no secret rule or injection pattern can match."""
+        return self._patterns
+
+    def prescan(self, value: Any) -> None:
+        """One RE2 pass per pattern set over all strings of ``value``; see ``json_tree``. Lasts for this walk."""
+        strings: list[str] = []
+        if not _collect(value, strings, 0):
+            self._patterns = True  # not every string was seen: scan each one as it is walked
+            return
+        joined = "\n\x00\n".join(strings)
+        self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+
     def json_tree(self, value: Any) -> Any:
         """``json_value`` with one RE2 pass over all strings first, so a clean tree of many small strings does
         not pay two pattern-set scans per string. A match spanning two strings only costs the per-string path."""
-        strings: list[str] = []
-        _collect(value, strings, 0)
-        joined = "\n\x00\n".join(strings)
-        self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+        self.prescan(value)
         try:
             return self.json_value(value)
         finally:
@@ -358,19 +370,23 @@ def sanitize_notification(method: str, params: Mapping[str, Any],
     return out, walker.report
 
 
-def _collect(value: Any, out: list[str], depth: int) -> None:
+def _collect(value: Any, out: list[str], depth: int) -> bool:
+    """Append every string and key of ``value``; False when it is nested too deep to collect whole."""
     if isinstance(value, str):
         out.append(value)
-    elif depth > MAX_DEPTH:
-        return
+    elif depth > 2 * MAX_DEPTH:
+        return False
     elif isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, str):
                 out.append(key)
-            _collect(item, out, depth + 1)
+            if not _collect(item, out, depth + 1):
+                return False
     elif isinstance(value, list):
         for item in value:
-            _collect(item, out, depth + 1)
+            if not _collect(item, out, depth + 1):
+                return False
+    return True
 
 
 def _no_block(policy: EffectiveSanitizePolicy) -> EffectiveSanitizePolicy:

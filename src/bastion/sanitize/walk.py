@@ -151,6 +151,7 @@ class Walker:
         self.limit = limit if limit is not None else sanitizer.policy.max_item_bytes
         # Finding classes in fields that cannot be rewritten (identifiers, validation keywords).
         self.semantic: set[str] = set()
+        self._probe: Walker | None = None
 
     @property
     def report(self) -> SanitizeReport:
@@ -164,13 +165,15 @@ class Walker:
             if reduced is not None:
                 self.report.bump("stack_trace", where)
                 value = reduced
-        hidden_before = self._hidden() if self.mark_hidden else 0
+        # Printable ASCII has nothing to hide: skip counting before and after.
+        marking = self.mark_hidden and not (value.isascii() and value.isprintable())
+        hidden_before = self._hidden() if marking else 0
         out = self.s.string(value, limit if limit is not None else self.limit, where)
         if self.refs is not None:
             out, n = self.refs.apply(out, self.neutralise_refs)
             if n:
                 self.report.add({"cross_tool_reference": n}, where)
-        if self.mark_hidden and self._hidden() > hidden_before:
+        if marking and self._hidden() > hidden_before:
             out += HIDDEN_MARK
         return out
 
@@ -179,8 +182,12 @@ class Walker:
 
     def keep(self, value: Any, where: str) -> Any:
         """Scan an identifier (or a validation keyword's value) without rewriting it; findings go to ``semantic``."""
-        probe_policy = replace(self.s.policy, injection="flag")
-        probe = Walker(type(self.s)(probe_policy, SanitizeReport()))
+        if self._plain(value, 0):
+            return value  # the common case, a printable ASCII name no pattern can match: no probe walk
+        if self._probe is None:
+            self._probe = Walker(type(self.s)(replace(self.s.policy, injection="flag")))
+        probe = self._probe
+        probe.s.report = SanitizeReport()
         cleaned = probe.value(value, where)
         classes = finding_classes(probe.report.counts)
         if cleaned != value and not classes:
@@ -191,6 +198,22 @@ class Walker:
             for finding in probe.report.findings:
                 self.report.findings.append(finding)
         return value
+
+    def prescan(self, value: Any) -> None:
+        """One RE2 pass per pattern set over all strings of ``value`` (keys included): when nothing can match
+        anywhere, the per-string passes are skipped for the whole walk (``Sanitizer.json_tree`` does the same)."""
+        self.s.prescan(value)
+
+    def _plain(self, value: Any, depth: int) -> bool:
+        if isinstance(value, str):
+            if not value.isascii() or not value.isprintable():
+                return False
+            policy = self.s.policy
+            return not self.s.patterns or (not policy.redactor.may_match(value)
+                                           and not policy.detector.may_match(value))
+        if isinstance(value, list) and depth < 2:
+            return all(self._plain(v, depth + 1) for v in value)
+        return value is None or isinstance(value, bool | int | float)
 
     def link(self, value: Any, where: str) -> bool:
         ok = isinstance(value, str) and link_allowed(value, self.s.policy.allow_http_links)
