@@ -268,3 +268,12 @@ def test_new_config_keys_are_checked() -> None:
         "max_content_blocks": 5}}}}})
     assert cfg.default.definitions == "neutralise" and cfg.for_upstream("u").definitions == "block"
     assert cfg.for_tool("u", "t").max_content_blocks == 5 and cfg.for_tool("u", "t").definitions == "block"
+
+
+def test_meta_at_any_depth_redacts_credential_keys_and_icons_must_be_a_list() -> None:
+    result = {"content": [{"type": "text", "text": "t", "annotations": {"_meta": {"apiKey": "k"}}}],
+              "x": {"icons": "javascript:alert(1)", "websiteUrl": 3}}
+    out, report = sanitize_result(result, policy())
+    assert out["content"][0]["annotations"] == {"_meta": {"apiKey": "[REDACTED:key-name]"}}
+    assert out["x"] == {}
+    assert report.counts["unsafe_url"] == 2

@@ -87,7 +87,7 @@ class Sanitizer:
         self._patterns = True
         # Fields beyond the ones handled here (annotations, icons, _meta, whatever a new revision adds) are walked
         # as text by default; credential keys are redacted by name in _meta.
-        self._walkers: tuple[Walker, Walker] | None = None  # made on first use: most results need none
+        self._walker: Walker | None = None  # made on first use: most results need none
 
     def rest(self, source: Mapping[str, Any], out: dict[str, Any], handled: frozenset[str],
              where: str = "") -> dict[str, Any]:
@@ -95,10 +95,9 @@ class Sanitizer:
         for key, value in source.items():
             if key in handled:
                 continue
-            if self._walkers is None:
-                self._walkers = (Walker(self), Walker(self, by_key=True))
-            walker = self._walkers[key == "_meta"]
-            new = walker.field(key, value, f"{where}{key}")
+            if self._walker is None:
+                self._walker = Walker(self)
+            new = self._walker.field(key, value, f"{where}{key}")
             if new is DROP:
                 out.pop(key, None)
             elif new is not value:

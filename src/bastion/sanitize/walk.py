@@ -152,6 +152,7 @@ class Walker:
         # Finding classes in fields that cannot be rewritten (identifiers, validation keywords).
         self.semantic: set[str] = set()
         self._probe: Walker | None = None
+        self._meta: Walker | None = None
 
     @property
     def report(self) -> SanitizeReport:
@@ -256,10 +257,20 @@ class Walker:
 
     def field(self, key: Any, item: Any, path: str, depth: int = 0, secret: bool = False) -> Any:
         """One member of an object, by what its key says it is; ``DROP`` when it must be removed."""
-        if key in ICON_KEYS and isinstance(item, list):
-            return self._icons(item, path, depth)
+        if key in ICON_KEYS:
+            if isinstance(item, list):
+                return self._icons(item, path, depth)
+            self.report.bump("unsafe_url", path)  # icons that are not a list of icons: nothing to vet
+            return DROP
         if key in LINK_KEYS:
             return item if self.link(item, path) else DROP
+        if key == "_meta" and not self.by_key:
+            # _meta anywhere is an extension point: credential keys in it are redacted by name.
+            if self._meta is None:
+                self._meta = Walker(self.s, by_key=True, mark_hidden=self.mark_hidden, refs=self.refs,
+                                    neutralise_refs=self.neutralise_refs, one_line_traces=self.one_line_traces,
+                                    limit=self.limit)
+            return self._meta.value(item, path, depth + 1, secret)
         hides = secret or (self.by_key and isinstance(key, str) and secret_key(key))
         return self.value(item, path, depth + 1, hides)
 
