@@ -45,7 +45,8 @@ from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limi
 from bastion.ratelimit.guard import RateLimitGuard
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
-from bastion.sanitize.result import sanitize_error, sanitize_notification
+from bastion.sanitize.result import sanitize_error, sanitize_notification, sanitize_reply
+from bastion.sanitize.shape import ResultShapeGuard
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.redis_sessions import RedisSessionStore
@@ -54,7 +55,7 @@ from bastion.server.state import StateSealer
 from bastion.settings import Settings
 from bastion.upstream.config import build_upstream
 from bastion.validation import InputSchemaGuard, OutputSchemaGuard, ValidationConfig
-from bastion.views import CompileSchemas, PinTools, SanitizeDefinitions, validators_for
+from bastion.views import AuditCatalogueDrops, CompileSchemas, PinTools, SanitizeDefinitions, validators_for
 
 log = structlog.get_logger("bastion.app")
 
@@ -138,15 +139,17 @@ def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, lim
       probing against the schema is limited too.
     - input schema last before the forward: invalid arguments never reach the upstream.
 
-    After the forward: output schema first (nothing may trust output before it is validated), sanitize last
-    (nothing after it can reintroduce what it removed).
+    After the forward: result shape first (a result that is not a CallToolResult cannot be validated or
+    sanitized, and capping its content blocks bounds every step after it), then output schema (nothing may trust
+    output before it is validated), sanitize last (nothing after it can reintroduce what it removed).
     """
     lookup = validators_for(lambda: gateway.view)
     request_guards: list[RequestGuard] = [QuarantineGuard(lambda: gateway.view.quarantined)]
     if holder is not None:
         request_guards.append(PolicyGuard(holder))
     request_guards += [RateLimitGuard(limiter, limits_cfg), InputSchemaGuard(lookup)]
-    response_guards: list[ResponseGuard] = [OutputSchemaGuard(lookup, validation_cfg.mode_for_tool),
+    response_guards: list[ResponseGuard] = [ResultShapeGuard(sanitize_cfg),
+                                            OutputSchemaGuard(lookup, validation_cfg.mode_for_tool),
                                             SanitizeGuard(sanitize_cfg)]
     return request_guards, response_guards
 
@@ -162,8 +165,13 @@ def _wire_sanitizer(gateway: Gateway, sanitize_cfg: SanitizeConfig) -> None:
         policy = sanitize_cfg.for_upstream(upstream)
         return sanitize_error(error, policy)[0] if policy.enabled else error
 
+    def clean_result(upstream: str, method: str, result: dict[str, Any]) -> dict[str, Any]:
+        policy = sanitize_cfg.for_upstream(upstream)
+        return sanitize_reply(method, result, policy)[0] if policy.enabled else result
+
     gateway.clean_notification = clean_notification
     gateway.clean_error = clean_error
+    gateway.clean_result = clean_result
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -210,10 +218,13 @@ def create_app(settings: Settings) -> Starlette:
     sanitize_cfg: SanitizeConfig = settings.section("sanitize")
     request_guards, response_guards = _guards(gateway, holder, limiter, limits_cfg, validation_cfg, sanitize_cfg)
     # Schemas compile from what the upstream sent; definitions are sanitized for clients after that.
-    gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics), SanitizeDefinitions(sanitize_cfg)])
+    gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics),
+                               SanitizeDefinitions(sanitize_cfg, emit=audit_log.emit)])
     pinning_cfg: PinningConfig = settings.section("pinning")
     if pinning_cfg.enabled:
         gateway.view_steps.append(PinTools(Pinning(open_store(pinning_cfg, redis_client), pinning_cfg), audit_log))
+    # Last: it audits what every step before it dropped or quarantined.
+    gateway.view_steps.append(AuditCatalogueDrops(audit_log.emit))
 
     _wire_sanitizer(gateway, sanitize_cfg)
     gateway.pipeline = Pipeline(request_guards, response_guards, auditor)

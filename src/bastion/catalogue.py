@@ -54,6 +54,7 @@ class Dropped:
     upstream: str
     name: str
     reason: str
+    kind: str = "tool"  # tool | prompt | resource | template
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +160,7 @@ def _prompts(ordered: list[UpstreamLists], separator: str, dropped: list[Dropped
                 continue
             public = public_name(up.prefix, name, separator)
             if public in out:
-                dropped.append(Dropped(up.name, name, f"prompt name {public!r} collides"))
+                dropped.append(Dropped(up.name, name, f"prompt name {public!r} collides", "prompt"))
                 continue
             out[public] = PromptEntry(public, up.name, name, {**prompt, "name": public})
     return sorted(out.values(), key=lambda p: p.public_name)

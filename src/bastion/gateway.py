@@ -69,6 +69,9 @@ class View:
     # Per-tool objects derived once per version (compiled validators), keyed by public name.
     derived: Mapping[str, Any] = field(default_factory=dict)
     instructions: str | None = None
+    # Each upstream's own instructions, as sent: what ``instructions`` is joined from (a view step may rewrite
+    # ``instructions`` from these, e.g. the sanitizer, which judges each upstream under its own policy).
+    upstream_instructions: tuple[tuple[str, str], ...] = ()
 
 
 # Turns a freshly merged catalogue into a view; feature modules contribute steps (sanitizing definitions,
@@ -96,6 +99,9 @@ class Gateway:
         self.clean_notification: Callable[[str, str, dict[str, Any]], dict[str, Any]] = \
             lambda upstream, method, params: params
         self.clean_error: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda upstream, error: error
+        # Results of forwarded prompts/get, resources/read and completion/complete: (upstream, method, result).
+        self.clean_result: Callable[[str, str, dict[str, Any]], dict[str, Any]] = \
+            lambda upstream, method, result: result
         self.client_request_timeout = 300.0
         # Writes one audit record that is not a tool call (lists, sessions…); the app wires the audit log.
         self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = _discard
@@ -142,7 +148,8 @@ class Gateway:
         async with self._rebuild_lock:
             merged = cat.build(lists.values(), separator=self.settings.catalogue.separator,
                                on_collision=self.settings.catalogue.on_collision)
-            view = View(catalogue=merged, instructions=self._instructions())
+            view = View(catalogue=merged, instructions=self._instructions(),
+                        upstream_instructions=self._upstream_instructions())
             for step in self.view_steps:
                 view = await step(view, lists)
             old, self.view = self.view, view
@@ -192,19 +199,27 @@ class Gateway:
                    for up, r in catalogue.resources)
 
     def _instructions(self) -> str | None:
+        return join_instructions(self._upstream_instructions())
+
+    def _upstream_instructions(self) -> tuple[tuple[str, str], ...]:
         if self.pool is None:
-            return None
+            return ()
         parts = []
         for name in self.pool.names:
             info = self.pool.member(name).upstream.info
             if info is not None and info.instructions:
-                parts.append(f"[{name}] {info.instructions}")
-        return "\n\n".join(parts) or None
+                parts.append((name, info.instructions))
+        return tuple(parts)
 
     def visible_tools(self, principal: Principal) -> list[ToolEntry]:
         view = self.view
         return [t for t in view.catalogue.tools
                 if t.public_name not in view.quarantined and self.access.tool_visible(principal, t)]
+
+
+def join_instructions(parts: Sequence[tuple[str, str]]) -> str | None:
+    """What clients get as ``instructions``: each upstream's, labelled with its name."""
+    return "\n\n".join(f"[{name}] {text}" for name, text in parts) or None
 
 
 async def _discard(record: dict[str, Any]) -> None:

@@ -25,8 +25,8 @@ from bastion.tool import ToolEntry
 
 Era = Literal["legacy", "modern"]
 # Stages are the guards' names plus these; kept as plain strings so a new guard needs no edit here.
-STAGES = ("resolve", "quarantine", "policy", "ratelimit", "input_schema", "forward", "output_schema", "sanitize",
-          "complete")
+STAGES = ("resolve", "quarantine", "policy", "ratelimit", "input_schema", "forward", "result_shape", "output_schema",
+          "sanitize", "complete")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +88,13 @@ class ResponseGuard(Protocol):
 
 
 Outcome = Literal["allowed", "denied", "rate_limited", "invalid_input", "invalid_output", "upstream_error",
-                  "timeout", "client_disconnected", "error"]
+                  "timeout", "client_disconnected", "error", "malformed_result"]
 
 # Which outcome a stop at each stage means when the stopping error does not say more.
 _STAGE_OUTCOME: dict[str, Outcome] = {
     "resolve": "denied", "quarantine": "denied", "policy": "denied", "ratelimit": "rate_limited",
     "input_schema": "invalid_input", "forward": "upstream_error", "output_schema": "invalid_output",
-    "sanitize": "denied",
+    "sanitize": "denied", "result_shape": "malformed_result",
 }
 
 

@@ -7,27 +7,30 @@ anything a step already decided.
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
 
+import orjson
 import structlog
 
 from bastion.audit.log import AuditLog
-from bastion.audit.record import pin_drift_record
-from bastion.catalogue import PromptEntry, UpstreamLists
-from bastion.gateway import View
+from bastion.audit.record import catalogue_drop_record, definition_finding_record, pin_drift_record
+from bastion.catalogue import Catalogue, Dropped, PromptEntry, UpstreamLists
+from bastion.gateway import View, join_instructions
 from bastion.metrics import Metrics
 from bastion.pinning import Pinning
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.definitions import (
+    Cleaned,
     sanitize_instructions,
     sanitize_prompt_definition,
     sanitize_resource_definition,
     sanitize_tool_definition,
 )
-from bastion.sanitize.report import SanitizeReport
+from bastion.sanitize.walk import ToolRefs, finding_class
 from bastion.tool import ToolEntry
 from bastion.validation import ToolValidators, ValidationConfig, compile_catalogue
 
@@ -35,57 +38,180 @@ VALIDATORS = "validators"
 log = structlog.get_logger("bastion.views")
 
 
+AuditEmit = Callable[[dict[str, Any]], Awaitable[None]]
+ItemKey = tuple[str, str, str]  # (kind, upstream, item)
+
+
 class SanitizeDefinitions:
-    """Clean what clients read about tools, prompts and resources, and log what was hidden in it.
+    """Clean what clients read about tools, prompts, resources and instructions; act on and audit findings.
 
     Definitions are the other channel a poisoned upstream can use to reach a model, so their text is cleaned like
-    results. Only the public ``definition`` changes; ``upstream_definition`` stays as sent, for fingerprints and
-    schema compilation.
+    results, and ``sanitize.definitions`` decides what a finding does (``bastion.sanitize.definitions``): a
+    blocked tool is quarantined, a blocked prompt, resource or template leaves the catalogue. Only the public
+    ``definition`` changes; ``upstream_definition`` stays as sent, for fingerprints and schema compilation.
+
+    One ``definition.finding`` record per finding class and item, written when the item's findings first
+    appear or change (another class, another action, a changed definition), not on every periodic refresh: the
+    step remembers what it audited for the items of the previous view, and only for those.
     """
 
-    def __init__(self, config: SanitizeConfig) -> None:
+    def __init__(self, config: SanitizeConfig, emit: AuditEmit | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self._config = config
-
-    def _note(self, kind: str, upstream: str, name: str, report: SanitizeReport) -> None:
-        if report.findings:
-            log.warning("sanitize.definition_findings", kind=kind, upstream=upstream, name=name,
-                        findings=sorted({f"{f.where}:{f.kind}" for f in report.findings})[:20])
+        self._emit = emit
+        self._clock = clock
+        self._audited: dict[ItemKey, frozenset[tuple[str, str, str]]] = {}
 
     async def __call__(self, view: View, lists: Mapping[str, UpstreamLists]) -> View:
         cat = view.catalogue
+        refs = _refs(cat)
+        seen: dict[ItemKey, frozenset[tuple[str, str, str]]] = {}
+        records: list[dict[str, Any]] = []
+
+        def judge(kind: str, upstream: str, item: str, source: object, cleaned: Cleaned) -> None:
+            key = (kind, upstream, item)
+            if cleaned.report.findings:
+                log.warning("sanitize.definition_findings", kind=kind, upstream=upstream, name=item,
+                            actions=dict(cleaned.actions),
+                            findings=sorted({f"{f.where}:{f.kind}" for f in cleaned.report.findings})[:20])
+            if not cleaned.actions:
+                return
+            digest = hashlib.sha256(orjson.dumps(source, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+            signature = frozenset((cls, action, digest) for cls, action in cleaned.actions.items())
+            seen[key] = signature
+            if self._audited.get(key) != signature:
+                records.extend(self._records(kind, upstream, item, cleaned))
+
+        quarantined = dict(view.quarantined)
+        dropped = list(cat.dropped)
         tools = []
         for entry in cat.tools:
-            policy = self._config.for_upstream(entry.upstream)
+            policy = self._config.for_tool(entry.upstream, entry.original_name)
             if not policy.enabled:
                 tools.append(entry)
                 continue
-            clean, report = sanitize_tool_definition(entry.definition, policy)
-            self._note("tool", entry.upstream, entry.public_name, report)
-            tools.append(replace(entry, definition=clean))
+            cleaned = sanitize_tool_definition(entry.definition, policy, refs=refs.get(entry.upstream))
+            judge("tool", entry.upstream, entry.original_name, entry.upstream_definition, cleaned)
+            if cleaned.blocked:
+                quarantined.setdefault(entry.public_name, _blocked_reason(cleaned))
+            tools.append(replace(entry, definition=cleaned.definition))
         prompts = []
         for prompt in cat.prompts:
             policy = self._config.for_upstream(prompt.upstream)
-            clean, report = sanitize_prompt_definition(prompt.definition, policy) if policy.enabled \
-                else (dict(prompt.definition), SanitizeReport())
-            self._note("prompt", prompt.upstream, prompt.public_name, report)
-            prompts.append(PromptEntry(prompt.public_name, prompt.upstream, prompt.original_name, clean))
-        resources = tuple((up, self._resource(up, res)) for up, res in cat.resources)
-        templates = tuple((up, self._resource(up, res)) for up, res in cat.templates)
-        instructions = view.instructions
-        if instructions:
-            # Server instructions go straight into a model's context at initialize: same cleaning, default policy.
-            instructions, report = sanitize_instructions(instructions, self._config.for_upstream(""))
-            self._note("instructions", "*", "instructions", report)
-        return replace(view, instructions=instructions,
-                       catalogue=cat.replaced(tools=tools, prompts=prompts, resources=resources, templates=templates))
+            if not policy.enabled:
+                prompts.append(prompt)
+                continue
+            cleaned = sanitize_prompt_definition(prompt.definition, policy, refs=refs.get(prompt.upstream))
+            judge("prompt", prompt.upstream, prompt.original_name, prompt.definition, cleaned)
+            if cleaned.blocked:
+                dropped.append(Dropped(prompt.upstream, prompt.original_name, _blocked_reason(cleaned), "prompt"))
+                continue
+            prompts.append(PromptEntry(prompt.public_name, prompt.upstream, prompt.original_name,
+                                       cleaned.definition))
+        prefixes = {up: prefix for prefix, up in cat.prefixes.items()}
+        resources = self._resources(cat.resources, "resource", "uri", prefixes, refs, judge, dropped)
+        templates = self._resources(cat.templates, "template", "uriTemplate", prefixes, refs, judge, dropped)
+        parts = []
+        for upstream, text in view.upstream_instructions:
+            policy = self._config.for_upstream(upstream)
+            if not policy.enabled:
+                parts.append((upstream, text))
+                continue
+            cleaned = sanitize_instructions(text, policy, refs=refs.get(upstream))
+            judge("instructions", upstream, "instructions", text, cleaned)
+            if not cleaned.blocked:
+                parts.append((upstream, cleaned.definition))
+        instructions = join_instructions(parts) if view.upstream_instructions else view.instructions
+        self._audited = seen
+        if self._emit is not None:
+            for record in records:
+                await self._emit(record)
+        catalogue = cat.replaced(tools=tools, prompts=prompts, resources=resources, templates=templates)
+        return replace(view, instructions=instructions, quarantined=quarantined,
+                       catalogue=replace(catalogue, dropped=tuple(dropped)))
 
-    def _resource(self, upstream: str, resource: Mapping[str, object]) -> Mapping[str, object]:
-        policy = self._config.for_upstream(upstream)
-        if not policy.enabled:
-            return resource
-        clean, report = sanitize_resource_definition(resource, policy)
-        self._note("resource", upstream, str(resource.get("uri") or resource.get("uriTemplate")), report)
-        return clean
+    def _resources(self, items: tuple[tuple[str, Mapping[str, Any]], ...], kind: str, key: str,
+                   prefixes: Mapping[str, str], refs: Mapping[str, ToolRefs],
+                   judge: Callable[[str, str, str, object, Cleaned], None],
+                   dropped: list[Dropped]) -> list[tuple[str, Mapping[str, Any]]]:
+        out: list[tuple[str, Mapping[str, Any]]] = []
+        for upstream, resource in items:
+            policy = self._config.for_upstream(upstream)
+            if not policy.enabled:
+                out.append((upstream, resource))
+                continue
+            # Audited under the upstream's own URI, like tools under their upstream-side name.
+            name = str(resource.get(key)).removeprefix(f"{prefixes[upstream]}+" if upstream in prefixes else "")
+            cleaned = sanitize_resource_definition(resource, policy, refs=refs.get(upstream))
+            judge(kind, upstream, name, resource, cleaned)
+            if cleaned.blocked:
+                dropped.append(Dropped(upstream, name, _blocked_reason(cleaned), kind))
+                continue
+            out.append((upstream, cleaned.definition))
+        return out
+
+    def _records(self, kind: str, upstream: str, item: str, cleaned: Cleaned) -> list[dict[str, Any]]:
+        at = self._clock()
+        fields: dict[str, list[str]] = {}
+        counts: dict[str, int] = {}
+        for key, n in cleaned.report.counts.items():
+            cls = finding_class(key)
+            if cls is not None:
+                counts[cls] = counts.get(cls, 0) + n
+        for finding in cleaned.report.findings:
+            cls = finding_class(finding.kind)
+            if cls is not None:
+                fields.setdefault(cls, []).append(finding.where)
+        return [definition_finding_record(at=at, upstream=upstream, item_kind=kind, item=item, finding=cls,
+                                          action=action, fields=fields.get(cls, ()), count=counts.get(cls, 1))
+                for cls, action in sorted(cleaned.actions.items())]
+
+
+def _blocked_reason(cleaned: Cleaned) -> str:
+    classes = ", ".join(sorted(c for c, a in cleaned.actions.items() if a == "blocked"))
+    return f"definition blocked by the sanitizer: {classes}"
+
+
+def _refs(cat: Catalogue) -> dict[str, ToolRefs]:
+    """Per upstream: the names of tools other upstreams serve (public and upstream-side)."""
+    names: dict[str, set[str]] = {}
+    for entry in cat.tools:
+        names.setdefault(entry.upstream, set()).update((entry.public_name, entry.original_name))
+    every = set().union(*names.values()) if names else set()
+    upstreams = {up for up, _ in (*cat.resources, *cat.templates)} | {p.upstream for p in cat.prompts} | set(names)
+    return {up: ToolRefs(every - names.get(up, set())) for up in upstreams}
+
+
+class AuditCatalogueDrops:
+    """Last view step: one ``catalogue.drop`` record per item clients do not get as its upstream offered it.
+
+    Covers every drop the catalogue and the steps before this one recorded (invalid or colliding names, blocked
+    definitions, limits) and every quarantined tool (hostile schema, changed pinned definition, blocked
+    definition), each when it first appears or its reason changes: the memory is the previous view's drops.
+    """
+
+    def __init__(self, emit: AuditEmit, clock: Callable[[], float] = time.time) -> None:
+        self._emit = emit
+        self._clock = clock
+        self._seen: dict[tuple[str, str, str, str], str] = {}
+
+    async def __call__(self, view: View, lists: Mapping[str, UpstreamLists]) -> View:
+        # (kind, upstream, item, action) -> reason: an item both dropped once and quarantined gets both records.
+        current: dict[tuple[str, str, str, str], str] = {}
+        for drop in view.catalogue.dropped:
+            current[(drop.kind, drop.upstream, drop.name, "dropped")] = drop.reason
+        for public, reason in view.quarantined.items():
+            entry = view.catalogue.tool(public)
+            upstream, name = (entry.upstream, entry.original_name) if entry is not None else ("", public)
+            current[("tool", upstream, name, "quarantined")] = reason
+        at = self._clock()
+        for key, reason in current.items():
+            if self._seen.get(key) != reason:
+                kind, upstream, item, action = key
+                await self._emit(catalogue_drop_record(at=at, upstream=upstream, item_kind=kind, item=item,
+                                                       reason=reason, action=action))
+        self._seen = current
+        return view
 
 
 class ValidationMetricsAdapter:

@@ -57,6 +57,8 @@ CASES: dict[str, tuple[CallRecord, BaseException | None, dict[str, Any] | None]]
     "invalid_output": _case("output_schema", ToolError("withheld"), None, upstream_ms=3.0,
                             violations=["/n: required"]),
     "upstream_error": _case("forward", UpstreamRpcError(-32000, "boom"), None, upstream_ms=4.0),
+    "malformed_result": _case("result_shape", None, {"content": [{"type": "text", "text": "malformed"}],
+                                                     "isError": True}, violations=["'content' is missing"]),
     "timeout": _case("forward", UpstreamTimeout("files", 30), None, upstream_ms=30000.0),
     "upstream_unavailable": _case("forward", UpstreamUnavailable("files"), None),
     "sanitized": _case("complete", None, OK_RESULT, upstream_ms=2.0, sanitize={"aws_key": 2, "email": 1}),
@@ -66,14 +68,15 @@ CASES: dict[str, tuple[CallRecord, BaseException | None, dict[str, Any] | None]]
 }
 DECISION = {"allowed": "allow", "sanitized": "allow", "denied": "deny", "rate_limited": "deny",
             "limiter_unavailable": "deny", "invalid_input": "deny", "invalid_output": "deny",
-            "audit_unavailable": "deny", "upstream_error": "error", "timeout": "error",
+            "audit_unavailable": "deny", "upstream_error": "error", "malformed_result": "error", "timeout": "error",
             "upstream_unavailable": "error", "client_disconnected": "error", "error": "error"}
 
 
 @pytest.mark.parametrize("outcome", sorted(CASES))
 def test_every_outcome_builds_a_valid_record(outcome: str) -> None:
     rec, error, result = CASES[outcome]
-    doc = call_record(context(), rec, started_at=T0, total_ms=50.0, error=error, result=result)
+    doc = call_record(context(), rec, started_at=T0, total_ms=50.0, error=error, result=result,
+                      outcome="malformed_result" if outcome == "malformed_result" else None)
     assert_valid(doc)
     assert doc["outcome"] == outcome
     assert doc["decision"] == DECISION[outcome]
@@ -259,3 +262,22 @@ def test_schema_rejects_unknown_fields_and_wrong_events() -> None:
 def test_rfc3339_is_utc_with_milliseconds() -> None:
     assert rfc3339(0) == "1970-01-01T00:00:00.000Z"
     assert rfc3339(T0) == "2026-01-01T00:00:00.123Z"
+
+
+def test_definition_finding_and_catalogue_drop_records_validate() -> None:
+    from bastion.audit.record import catalogue_drop_record, definition_finding_record
+
+    finding = definition_finding_record(at=T0, upstream="notes", item_kind="tool", item="search",
+                                        finding="directive_tag", action="neutralised",
+                                        fields=["description", "description", "inputSchema.properties.q.title"],
+                                        count=2)
+    drop = catalogue_drop_record(at=T0, upstream="notes", item_kind="prompt", item="p",
+                                 reason="definition blocked by the sanitizer: invisible_characters",
+                                 action="dropped")
+    for doc in (finding, drop):
+        assert_valid(doc)
+    assert (finding["event"], finding["class"], finding["fields"]) == \
+        ("definition.finding", "directive_tag", ["description", "inputSchema.properties.q.title"])
+    assert drop["event"] == "catalogue.drop"
+    with pytest.raises(AssertionError):  # the schema refuses an action it does not know
+        assert_valid({**finding, "action": "ignored"})

@@ -13,7 +13,7 @@ from bastion.sanitize.definitions import sanitize_instructions, sanitize_tool_de
 from bastion.sanitize.result import sanitize_result
 from tests.fixtures.poison_server import PAYLOADS, TOOLS
 
-POLICY = SanitizeConfig.from_mapping({}).default
+POLICY = SanitizeConfig.from_mapping({"definitions": "flag"}).default
 
 
 async def test_poison_server_over_stdio() -> None:
@@ -29,7 +29,7 @@ async def test_poison_server_over_stdio() -> None:
 
     assert [t.name for t in listed.tools] == [t["name"] for t in TOOLS]
     add = next(t for t in listed.tools if t.name == "add").model_dump(by_alias=True, exclude_none=True, mode="json")
-    clean, report = sanitize_tool_definition(add, POLICY)
+    clean, report, _ = sanitize_tool_definition(add, POLICY)
     assert "\U000e0069" in add["description"]
     assert clean["description"].endswith("</IMPORTANT>")
     assert any(f.kind == "injection:hidden-ignore-previous" for f in report.findings)

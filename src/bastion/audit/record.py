@@ -47,7 +47,9 @@ __all__ = [
     "as_outcome",
     "auth_failure_record",
     "call_record",
+    "catalogue_drop_record",
     "classify_outcome",
+    "definition_finding_record",
     "pin_approve_record",
     "pin_drift_record",
     "policy_reload_record",
@@ -67,6 +69,7 @@ Outcome = Literal[
     "limiter_unavailable",   # the shared limiter was down and the failure mode is closed
     "invalid_input",         # arguments failed the tool's inputSchema (see "violations")
     "invalid_output",        # the upstream's result failed the outputSchema; withheld
+    "malformed_result",      # the upstream's result was not a well-formed CallToolResult; withheld
     "upstream_error",        # the upstream answered with a JSON-RPC error
     "timeout",               # the upstream did not answer in time
     "upstream_unavailable",  # the upstream could not be reached
@@ -83,7 +86,7 @@ _DECISIONS: Mapping[Outcome, Decision] = {
     "allowed": "allow", "sanitized": "allow",
     "denied": "deny", "rate_limited": "deny", "limiter_unavailable": "deny", "invalid_input": "deny",
     "invalid_output": "deny", "audit_unavailable": "deny",
-    "upstream_error": "error", "timeout": "error", "upstream_unavailable": "error",
+    "upstream_error": "error", "malformed_result": "error", "timeout": "error", "upstream_unavailable": "error",
     "client_disconnected": "error", "error": "error",
 }
 
@@ -284,6 +287,30 @@ def auth_failure_record(*, at: float, reason: AuthFailureReason, method: str | N
                     client_info=None, traceparent=traceparent)
     doc.update(reason=reason, method=_short_or_none(method), remote_addr=_short_or_none(remote_addr),
                key_id=_short_or_none(key_id))
+    return doc
+
+
+def definition_finding_record(*, at: float, upstream: str, item_kind: str, item: str, finding: str, action: str,
+                              fields: Sequence[str] = (), count: int = 1) -> dict[str, Any]:
+    """``definition.finding``: one finding class in one definition (tool, prompt, resource, template,
+    instructions) and what bastion did about it (``flagged``, ``neutralised``, ``blocked``). ``fields`` are the
+    paths where it was found, never the text."""
+    doc = _envelope("definition.finding", at, request_id=None, session=None, era=None, principal=None,
+                    client_info=None, traceparent=None)
+    doc.update({"upstream": _short(upstream), "item_kind": _short(item_kind), "item": _short(item),
+                "class": _short(finding), "action": _short(action),
+                "fields": sorted({_short(f) for f in fields})[:20], "count": max(1, int(count))})
+    return doc
+
+
+def catalogue_drop_record(*, at: float, upstream: str, item_kind: str, item: str, reason: str,
+                          action: str) -> dict[str, Any]:
+    """``catalogue.drop``: an item an upstream offered that clients do not get as offered (``dropped`` from the
+    catalogue, or ``quarantined``: listed nowhere and refused on call), with the reason."""
+    doc = _envelope("catalogue.drop", at, request_id=None, session=None, era=None, principal=None,
+                    client_info=None, traceparent=None)
+    doc.update(upstream=_short(upstream), item_kind=_short(item_kind), item=_short(item),
+               reason=_short(reason, _MAX_STRING), action=_short(action))
     return doc
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 import structlog
 
@@ -22,8 +22,13 @@ DEFAULT_ALLOWED_MIME_TYPES: tuple[str, ...] = (
     "audio/wav", "audio/x-wav", "audio/mpeg", "audio/mp4", "audio/aac", "audio/ogg", "audio/webm", "audio/flac",
 )
 
+DEFAULT_MAX_CONTENT_BLOCKS = 1000
+DefinitionMode = Literal["flag", "neutralise", "block"]
+DEFINITION_MODES: tuple[DefinitionMode, ...] = ("flag", "neutralise", "block")
+StackTraces = Literal["strip", "keep"]
+
 _LEVEL_KEYS = frozenset({"enabled", "injection", "max_result_bytes", "max_item_bytes", "allowed_mime_types",
-                         "secrets"})
+                         "secrets", "definitions", "max_content_blocks", "allow_http_links", "stack_traces"})
 _TOP_KEYS = _LEVEL_KEYS | {"upstreams"}
 _UPSTREAM_KEYS = _LEVEL_KEYS | {"tools"}
 
@@ -40,15 +45,23 @@ class EffectiveSanitizePolicy:
     secrets: SecretsPolicy = field(default_factory=SecretsPolicy)
     redactor: Redactor = field(default_factory=lambda: Redactor.from_policy(SecretsPolicy()), compare=False)
     detector: InjectionDetector = field(default_factory=InjectionDetector, compare=False)
+    # What a finding in a tool, prompt, resource or instructions text does (docs/security.md, "Definitions").
+    definitions: DefinitionMode = "neutralise"
+    # Content blocks one result may carry; the rest is cut and replaced by one marker block.
+    max_content_blocks: int = DEFAULT_MAX_CONTENT_BLOCKS
+    # Icons and websiteUrl: https: and data:image/(png|jpeg|gif|webp) always; http: only when this is true.
+    allow_http_links: bool = False
+    # Stack traces in upstream error messages and error data: reduced to one line, or kept.
+    stack_traces: StackTraces = "strip"
 
     def mime_allowed(self, mime: str) -> bool:
         mime = mime.split(";", 1)[0].strip().lower()
         return mime in self.allowed_mime_types or f"{mime.split('/', 1)[0]}/*" in self.allowed_mime_types
 
 
-def _positive_int(value: Any, path: str) -> int:
+def _positive_int(value: Any, path: str, what: str = "number of bytes") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError("expected a positive integer number of bytes", path=path)
+        raise ConfigError(f"expected a positive integer {what}", path=path)
     return value
 
 
@@ -90,8 +103,21 @@ class _Compiler:
         redactor = self._redactors.get(secrets)
         if redactor is None:
             redactor = self._redactors[secrets] = Redactor.from_policy(secrets)
+        definitions = data.get("definitions", base.definitions)
+        if definitions not in DEFINITION_MODES:
+            raise ConfigError(f"expected one of {', '.join(DEFINITION_MODES)}", path=f"{path}.definitions")
+        max_blocks = _positive_int(data.get("max_content_blocks", base.max_content_blocks),
+                                   f"{path}.max_content_blocks", "number of content blocks")
+        allow_http = data.get("allow_http_links", base.allow_http_links)
+        if not isinstance(allow_http, bool):
+            raise ConfigError("expected true or false", path=f"{path}.allow_http_links")
+        traces = data.get("stack_traces", base.stack_traces)
+        if traces not in ("strip", "keep"):
+            raise ConfigError("expected one of strip, keep", path=f"{path}.stack_traces")
         return EffectiveSanitizePolicy(enabled, injection, max_result, max_item, mimes, secrets, redactor,
-                                       self._detector)
+                                       self._detector, definitions=cast(DefinitionMode, definitions),
+                                       max_content_blocks=max_blocks, allow_http_links=allow_http,
+                                       stack_traces=cast(StackTraces, traces))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 # Count keys that make a finding worth a log line on their own (the rest are routine clean-up).
 _NOTABLE = ("injection:", "secret:")
-_HIDDEN = frozenset({"tag", "bidi", "escape_string", "zero_width", "variation_selector"})
+_HIDDEN = frozenset({"tag", "bidi", "escape_string", "zero_width", "variation_selector", "cross_tool_reference",
+                     "unsafe_url", "unsafe_uri", "stack_trace"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +25,8 @@ class SanitizeReport:
 
     Count keys: the text classes of ``clean_text`` (``escape``, ``tag``...), ``secret:<rule-id>``,
     ``injection:<pattern-id>``, and ``truncated``, ``oversized``, ``mime_blocked``, ``unsafe_uri``,
-    ``unknown_content``.
+    ``unknown_content``, ``unsafe_url`` (icons, links), ``secret:key-name`` (a credential key's value),
+    ``stack_trace``, ``cross_tool_reference``, ``content_blocks_omitted``.
     """
 
     counts: dict[str, int] = field(default_factory=dict)

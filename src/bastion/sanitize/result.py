@@ -17,6 +17,7 @@ import orjson
 from bastion.sanitize.config import EffectiveSanitizePolicy
 from bastion.sanitize.report import SanitizeReport
 from bastion.sanitize.text import clean_text
+from bastion.sanitize.walk import DROP, Walker
 
 MAX_DEPTH = 64
 ERROR_MESSAGE_BYTES = 4096
@@ -25,6 +26,13 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 # resource schemes such as postgres:// or github://) is a name, not an action.
 UNSAFE_URI_SCHEMES = frozenset({"javascript", "vbscript", "data", "blob", "livescript", "mocha"})
 _BINARY_TYPES = {"image": "data", "audio": "data"}
+# Members of each content block handled field by field; every other member is walked as text (walk.Walker).
+_TEXT_FIELDS = frozenset({"type", "text"})
+_BINARY_FIELDS = frozenset({"type", "data", "mimeType"})
+_BLOCK_FIELDS = frozenset({"type", "resource"})
+_RESOURCE_FIELDS = frozenset({"uri", "text", "blob", "mimeType"})
+_LINK_FIELDS = frozenset({"type", "uri", "name", "title", "description", "mimeType"})
+_RESULT_FIELDS = frozenset({"content", "structuredContent", "isError"})
 
 
 class _TooDeep(Exception):
@@ -77,6 +85,24 @@ class Sanitizer:
         self.budget = policy.max_result_bytes
         # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
         self._patterns = True
+        # Fields beyond the ones handled here (annotations, icons, _meta, whatever a new revision adds) are walked
+        # as text by default; credential keys are redacted by name in _meta.
+        self._walker: Walker | None = None  # made on first use: most results need none
+
+    def rest(self, source: Mapping[str, Any], out: dict[str, Any], handled: frozenset[str],
+             where: str = "") -> dict[str, Any]:
+        """``out`` with every member of ``source`` not in ``handled`` walked by ``walk.Walker``."""
+        for key, value in source.items():
+            if key in handled:
+                continue
+            if self._walker is None:
+                self._walker = Walker(self)
+            new = self._walker.field(key, value, f"{where}{key}")
+            if new is DROP:
+                out.pop(key, None)
+            elif new is not value:
+                out[key] = new
+        return out
 
     # -- strings ---------------------------------------------------------------------------------------------
 
@@ -101,13 +127,24 @@ class Sanitizer:
                 text += truncation_marker(omitted)
         return text
 
+    @property
+    def patterns(self) -> bool:
+        """False while a prescan found that no secret rule or injection pattern can match."""
+        return self._patterns
+
+    def prescan(self, value: Any) -> None:
+        """One RE2 pass per pattern set over all strings of ``value``; see ``json_tree``. Lasts for this walk."""
+        strings: list[str] = []
+        if not _collect(value, strings, 0):
+            self._patterns = True  # not every string was seen: scan each one as it is walked
+            return
+        joined = "\n\x00\n".join(strings)
+        self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+
     def json_tree(self, value: Any) -> Any:
         """``json_value`` with one RE2 pass over all strings first, so a clean tree of many small strings does
         not pay two pattern-set scans per string. A match spanning two strings only costs the per-string path."""
-        strings: list[str] = []
-        _collect(value, strings, 0)
-        joined = "\n\x00\n".join(strings)
-        self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+        self.prescan(value)
         try:
             return self.json_value(value)
         finally:
@@ -178,7 +215,7 @@ class Sanitizer:
                 return note
         if isinstance(resource.get("mimeType"), str):
             new["mimeType"] = self.string(resource["mimeType"], 255)
-        return {**block, "resource": new}
+        return self.rest(block, {**block, "resource": self.rest(resource, new, _RESOURCE_FIELDS)}, _BLOCK_FIELDS)
 
     def _resource_link(self, block: Mapping[str, Any]) -> dict[str, Any]:
         uri = block.get("uri")
@@ -191,7 +228,7 @@ class Sanitizer:
         for key in ("name", "title", "description", "mimeType"):
             if isinstance(block.get(key), str):
                 new[key] = self.string(block[key], self.policy.max_item_bytes)
-        return new
+        return self.rest(block, new, _LINK_FIELDS)
 
     def _text_block(self, block: Mapping[str, Any], original_sc: Any, new_sc: Any, has_sc: bool) -> dict[str, Any]:
         text = block.get("text")
@@ -208,7 +245,7 @@ class Sanitizer:
                 if has_sc and parsed == original_sc:
                     # The backward-compatible mirror of structuredContent: it must say what structuredContent says.
                     mirror = text if new_sc is original_sc else _dumps_like(new_sc, text)
-                    return {**block, "text": self._limit_only(mirror)}
+                    return self.rest(block, {**block, "text": self._limit_only(mirror)}, _TEXT_FIELDS)
                 if isinstance(parsed, dict | list):
                     # JSON text hides characters as \\u escapes that only appear once a client parses it.
                     try:
@@ -217,8 +254,8 @@ class Sanitizer:
                         walked = parsed
                     else:
                         new = text if walked is parsed else _dumps_like(walked, text)
-                        return {**block, "text": self._limit_only(new)}
-        return {**block, "text": self._budgeted(text)}
+                        return self.rest(block, {**block, "text": self._limit_only(new)}, _TEXT_FIELDS)
+        return self.rest(block, {**block, "text": self._budgeted(text)}, _TEXT_FIELDS)
 
     def _limit_only(self, text: str) -> str:
         limit = min(self.policy.max_item_bytes, self.budget)
@@ -237,7 +274,7 @@ class Sanitizer:
                 out.append(self._text_block(block, original_sc, new_sc, has_sc))
             elif kind in _BINARY_TYPES:
                 note = self._binary_ok(kind, block.get("mimeType"), block.get("data"))
-                out.append(note if note is not None else block)
+                out.append(note if note is not None else self.rest(block, dict(block), _BINARY_FIELDS))
             elif kind == "resource":
                 out.append(self._resource(block))
             elif kind == "resource_link":
@@ -273,6 +310,7 @@ def sanitize_result(result: Mapping[str, Any], policy: EffectiveSanitizePolicy) 
     content = result.get("content")
     if isinstance(content, list):
         out["content"] = walker.content(content, original_sc, new_sc, has_sc)
+    walker.rest(result, out, _RESULT_FIELDS)
     if policy.injection == "block" and walker.report.injection:
         walker.report.withheld = "result withheld: possible prompt injection"
     return out, walker.report
@@ -280,67 +318,150 @@ def sanitize_result(result: Mapping[str, Any], policy: EffectiveSanitizePolicy) 
 
 def sanitize_error(error: Mapping[str, Any], policy: EffectiveSanitizePolicy) -> tuple[dict[str, Any],
                                                                                         SanitizeReport]:
-    """A JSON-RPC ``error`` object from an upstream: message and every string in ``data``.
+    """A JSON-RPC ``error`` object from an upstream: message and every string and key in ``data``.
 
-    There is nothing to withhold in an error, so ``block`` acts as ``neutralise`` here.
+    Values under credential keys (``password``, ``AWS_SECRET_ACCESS_KEY``...) are redacted whatever they look like;
+    stack traces are cut to their message line unless ``stack_traces: keep``. There is nothing to withhold in an
+    error, so ``block`` acts as ``neutralise`` here.
     """
-    walker = Sanitizer(_no_block(policy))
+    walker = Walker(Sanitizer(_no_block(policy)), by_key=True, one_line_traces=policy.stack_traces == "strip")
     out = dict(error)
     if isinstance(error.get("message"), str):
-        out["message"] = walker.string(error["message"], ERROR_MESSAGE_BYTES)
+        out["message"] = walker.text(error["message"], "message", ERROR_MESSAGE_BYTES)
     if "data" in error:
-        out["data"] = _safe_json(walker, error["data"])
+        out["data"] = walker.value(error["data"], "data")
     return out, walker.report
 
 
 CLIENT_BOUND_REQUESTS = frozenset({"sampling/createMessage", "elicitation/create"})
+NOTIFICATION_IDS = frozenset({"progressToken", "progress", "total", "requestId", "uri", "level"})
 
 
 def sanitize_notification(method: str, params: Mapping[str, Any],
                           policy: EffectiveSanitizePolicy) -> tuple[dict[str, Any], SanitizeReport]:
-    """``notifications/progress`` (``message``), ``notifications/message`` (``logger``, ``data``), and the
-    requests an upstream asks a client to answer (``sampling/createMessage``, ``elicitation/create``: every string,
-    since their prompts and messages reach a model or a person).
+    """Every string of a notification an upstream sends (progress and log messages, ``_meta``, whatever else it
+    carries), and of the requests an upstream asks a client to answer (``sampling/createMessage``,
+    ``elicitation/create``), since their prompts and messages reach a model or a person.
 
-    Other notifications are returned unchanged. ``block`` acts as ``neutralise``.
+    Protocol identifiers (``progressToken``, ``requestId``, ``uri``, ``level``) pass unchanged; values under
+    credential keys are redacted. ``block`` acts as ``neutralise``.
     """
-    walker = Sanitizer(_no_block(policy))
-    out = dict(params)
+    sanitizer = Sanitizer(_no_block(policy))
     if method in CLIENT_BOUND_REQUESTS:
-        cleaned = _safe_json(walker, dict(params))
-        return (cleaned if isinstance(cleaned, dict) else out), walker.report
-    if method == "notifications/progress" and isinstance(params.get("message"), str):
-        out["message"] = walker.string(params["message"], ERROR_MESSAGE_BYTES)
-    elif method == "notifications/message":
-        if isinstance(params.get("logger"), str):
-            out["logger"] = walker.string(params["logger"], 256)
-        if "data" in params:
-            out["data"] = _safe_json(walker, params["data"])
+        # Their schemas and messages hold keys such as "password" that are questions, not secrets.
+        out = sanitizer.rest(params, dict(params), frozenset())
+        return out, sanitizer.report
+    walker = Walker(sanitizer, by_key=True)
+    out = dict(params)
+    for key, value in params.items():
+        if key in NOTIFICATION_IDS:
+            continue
+        if key == "message" and isinstance(value, str):
+            out[key] = walker.text(value, key, ERROR_MESSAGE_BYTES)
+        elif key == "logger" and isinstance(value, str):
+            out[key] = walker.text(value, key, 256)
+        else:
+            new = walker.field(key, value, key)
+            if new is DROP:
+                del out[key]
+            else:
+                out[key] = new
     return out, walker.report
 
 
-def _collect(value: Any, out: list[str], depth: int) -> None:
+def _collect(value: Any, out: list[str], depth: int) -> bool:
+    """Append every string and key of ``value``; False when it is nested too deep to collect whole."""
     if isinstance(value, str):
         out.append(value)
-    elif depth > MAX_DEPTH:
-        return
+    elif depth > 2 * MAX_DEPTH:
+        return False
     elif isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, str):
                 out.append(key)
-            _collect(item, out, depth + 1)
+            if not _collect(item, out, depth + 1):
+                return False
     elif isinstance(value, list):
         for item in value:
-            _collect(item, out, depth + 1)
-
-
-def _safe_json(walker: Sanitizer, value: Any) -> Any:
-    try:
-        return walker.json_tree(value)
-    except _TooDeep:
-        walker.report.bump("oversized")
-        return "[bastion: data removed: nested too deeply]"
+            if not _collect(item, out, depth + 1):
+                return False
+    return True
 
 
 def _no_block(policy: EffectiveSanitizePolicy) -> EffectiveSanitizePolicy:
     return replace(policy, injection="neutralise") if policy.injection == "block" else policy
+
+
+# Completion values a client shows in a picker; the protocol allows at most 100 per response.
+MAX_COMPLETION_VALUES = 100
+_PROMPT_RESULT_FIELDS = frozenset({"messages", "description"})
+_MESSAGE_FIELDS = frozenset({"content"})
+_READ_RESULT_FIELDS = frozenset({"contents"})
+_CONTENTS_FIELDS = frozenset({"uri", "text", "blob", "mimeType"})
+
+
+def sanitize_reply(method: str, result: Mapping[str, Any],
+                   policy: EffectiveSanitizePolicy) -> tuple[dict[str, Any], SanitizeReport]:
+    """The result of a forwarded ``prompts/get``, ``resources/read`` or ``completion/complete``.
+
+    Prompt messages are content blocks like a tool result's; resource contents get their text cleaned (blobs are
+    what the client asked to read, so their type is not filtered here); completion values are text. Lists are cut
+    at ``max_content_blocks`` (completion values at 100). Every other member, ``_meta`` included, is walked.
+    ``block`` acts as ``neutralise``: a prompt or resource the client asked for by name is not withheld.
+    """
+    walker = Sanitizer(_no_block(policy))
+    out = dict(result)
+    handled: frozenset[str] = frozenset()
+    limit = policy.max_content_blocks
+    if method == "prompts/get":
+        handled = _PROMPT_RESULT_FIELDS
+        if isinstance(result.get("description"), str):
+            out["description"] = walker.string(result["description"], policy.max_item_bytes, "description")
+        messages = result.get("messages")
+        if isinstance(messages, list):
+            out["messages"] = [_message(walker, m) for m in _capped(walker, messages, limit)]
+    elif method == "resources/read":
+        handled = _READ_RESULT_FIELDS
+        contents = result.get("contents")
+        if isinstance(contents, list):
+            out["contents"] = [_contents(walker, c) for c in _capped(walker, contents, limit)]
+    elif method == "completion/complete":
+        completion = result.get("completion")
+        if isinstance(completion, dict) and isinstance(completion.get("values"), list):
+            handled = frozenset({"completion"})
+            values = _capped(walker, completion["values"], MAX_COMPLETION_VALUES)
+            new = {**completion, "values": [walker.string(v, 1024, "completion.values") if isinstance(v, str)
+                                            else "" for v in values]}
+            out["completion"] = walker.rest(completion, new, frozenset({"values", "total", "hasMore"}),
+                                            "completion.")
+    return walker.rest(result, out, handled), walker.report
+
+
+def _capped(walker: Sanitizer, items: list[Any], limit: int) -> list[Any]:
+    if len(items) <= limit:
+        return items
+    walker.report.add({"content_blocks_omitted": len(items) - limit})
+    return items[:limit]
+
+
+def _message(walker: Sanitizer, message: Any) -> Any:
+    if not isinstance(message, dict):
+        return walker.rest({"message": message}, {}, frozenset()).get("message")
+    out = dict(message)
+    content = message.get("content")
+    if isinstance(content, dict):
+        out["content"] = walker.content([content], None, None, False)[0]
+    elif isinstance(content, list):
+        out["content"] = walker.content(content, None, None, False)
+    return walker.rest(message, out, _MESSAGE_FIELDS | {"role"})
+
+
+def _contents(walker: Sanitizer, item: Any) -> Any:
+    if not isinstance(item, dict):
+        return walker.rest({"item": item}, {}, frozenset()).get("item")
+    out = dict(item)
+    if isinstance(item.get("text"), str):
+        out["text"] = walker._budgeted(item["text"])
+    if isinstance(item.get("mimeType"), str):
+        out["mimeType"] = walker.string(item["mimeType"], 255)
+    return walker.rest(item, out, _CONTENTS_FIELDS)

@@ -396,7 +396,7 @@ class Dispatcher:
                                             jsonrpc.obj(params.get("_meta")), params, trip)
         if is_input_required(result):
             return self._input_required(scope, "prompts/get", entry.public_name, params, entry.upstream, result)
-        return result
+        return self.gw.clean_result(entry.upstream, "prompts/get", result)
 
     # -- resources ------------------------------------------------------------------------------------------
 
@@ -434,6 +434,7 @@ class Dispatcher:
                                             params, trip)
         if is_input_required(result):
             return self._input_required(scope, "resources/read", uri, params, upstream, result)
+        result = self.gw.clean_result(upstream, "resources/read", result)
         prefix = self.gw.upstream_of(upstream).prefix
         contents = result.get("contents")
         if prefix and isinstance(contents, list):
@@ -507,16 +508,16 @@ class Dispatcher:
             if entry is None or not self.gw.access.prompt_visible(scope.principal, entry.upstream,
                                                                   entry.public_name):
                 raise InvalidParams(f"Unknown prompt: {name}")
-            return await self.gw.forward(entry.upstream, "completion/complete",
-                                         {**params, "ref": {**ref, "name": entry.original_name}})
+            return self.gw.clean_result(entry.upstream, "completion/complete", await self.gw.forward(
+                entry.upstream, "completion/complete", {**params, "ref": {**ref, "name": entry.original_name}}))
         if ref.get("type") == "ref/resource":
             uri = ref.get("uri")
             routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed) if isinstance(uri, str) \
                 else None
             if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], str(uri)):
                 raise InvalidParams(f"Unknown resource template: {uri}")
-            return await self.gw.forward(routed[0], "completion/complete",
-                                         {**params, "ref": {**ref, "uri": routed[1]}})
+            return self.gw.clean_result(routed[0], "completion/complete", await self.gw.forward(
+                routed[0], "completion/complete", {**params, "ref": {**ref, "uri": routed[1]}}))
         raise ProtocolError(INVALID_PARAMS, "ref.type must be ref/prompt or ref/resource")
 
 
