@@ -23,7 +23,8 @@ MIN_TEXT_BYTES = 12
 _PROBE = 48
 
 # Shortest runs: 20 base64 characters (15 bytes), 24 hex digits (12 bytes).
-RUNS_PATTERN = (r"(?P<b64>[A-Za-z0-9+/_\-]{20,}={0,2})"
+RUNS_PATTERN = (r"(?P<hex0x>0[xX][0-9A-Fa-f]{24,})"
+                r"|(?P<b64>[A-Za-z0-9+/_\-]{20,}={0,2})"
                 r"|(?P<xesc>(?:\\x[0-9A-Fa-f]{2}){8,})"
                 r"|(?P<hexsep>(?:[0-9A-Fa-f]{2}[ :,\-]){8,}[0-9A-Fa-f]{2})"
                 r"|(?P<pct>(?:%[0-9A-Fa-f]{2}[A-Za-z0-9 ._\-]{0,3}){8,})")
@@ -75,6 +76,8 @@ def _decode(kind: str, run: str) -> bytes | None:
         if len(run) % 2 == 0 and _HEX.fullmatch(run):
             return bytes.fromhex(run)
         return _b64(run)
+    if kind == "hex0x":
+        return bytes.fromhex(run[2:]) if len(run) % 2 == 0 else None
     if kind == "xesc":
         return bytes.fromhex(run.replace("\\x", ""))
     if kind == "hexsep":
@@ -89,7 +92,7 @@ def decoded_runs(text: str) -> list[Decoded]:
     for m in _RUNS.finditer(text):
         if probes >= MAX_PROBES or len(out) >= MAX_RUNS:
             break
-        kind = next(k for k in ("b64", "xesc", "hexsep", "pct") if m.group(k) is not None)
+        kind = next(k for k in ("hex0x", "b64", "xesc", "hexsep", "pct") if m.group(k) is not None)
         run = m.group()[:MAX_RUN_CHARS]
         # Base64 of text mixes cases; hex is all digits and a-f. Anything else is a name or a path.
         if kind == "b64" and not (_HEX.fullmatch(run) or (not run.islower() and not run.isupper())):

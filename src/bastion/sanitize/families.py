@@ -17,6 +17,7 @@ from a transcript or a protocol log, so their patterns only nominate candidates;
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from bastion.sanitize.normalize import skeleton
 
@@ -60,10 +61,14 @@ _VOID = _alt("null and void", "void", "null", "cancel(?:l)?ed", "revoked", "resc
              "withdrawn", "no longer (?:valid|apply|applies|in effect|relevant|binding|active|in force)",
              "not (?:valid|applicable|binding)", "irrelevant", "to be ignored", "ignored", "replaced",
              "retracted", "off")
-_YOU_ARE = _alt("you are", "you re", "youre", "u r", "you will be", "you shall be")
+_YOU_ARE = _alt("you are", "you re", "youre", "you will be", "you shall be")
+_RELATIVE = _alt("(?:that |which )?(?:you|i|we) (?:received|were given|got|have been given|have|had|were told|"
+                 "read|saw) ")
 _AI = _alt("ai", "a i", "llm", "large language model", "language model", "ai assistant", "ai agent", "chatbot",
            "chat bot", "gpt", "chatgpt", "claude", "copilot", "gemini", "ai model", "automated (?:agent|assistant|"
            "system|tool)", "ai system", "ai tool", "bot")
+_AI_LONG = _alt("ai assistant", "ai agent", "ai model", "ai system", "ai tool", "language model", "chatbot", "chatgpt",
+                "copilot", "llm", "automated (?:agent|assistant|system)")
 _MODE = _alt("developer", "dev", "god", "admin", "debug", "maintenance", "jailbreak", "jailbroken", "unrestricted",
              "dan", "sudo", "root", "evil", "chaos", "unfiltered", "unlocked", "override", "uncensored", "test")
 _BAD_PERSONA = _alt("unrestricted", "unfiltered", "uncensored", "jailbroken", "evil", "rogue", "malicious",
@@ -71,7 +76,8 @@ _BAD_PERSONA = _alt("unrestricted", "unfiltered", "uncensored", "jailbroken", "e
 _NO_LIMITS = _alt("restrictions", "rules", "limits", "limitations", "filters", "ethical (?:guidelines|constraints"
                   "|principles)", "content polic(?:y|ies)", "guardrails", "guidelines", "boundaries", "morals",
                   "censorship", "safety (?:guidelines|filters|rules)")
-_REVEAL = _alt("reveal", "print", "show", "output", "repeat", "leak", "disclose", "display", "share", "dump",
+_REVEAL = _alt("reveal", "print", "show", "append", "attach", "insert", "add", "output", "repeat", "leak", "disclose",
+               "display", "share", "dump",
                "recite", "tell me", "give me", "write out", "echo", "paste", "provide", "send", "include", "list",
                "spell out", "quote", "expose", "copy", "return", "state", "type out", "translate")
 _SECRET_PROMPT = _alt("system (?:prompt|message|instructions?)", "(?:initial|original|hidden|secret|internal|"
@@ -84,13 +90,23 @@ _TELL = _alt("tell(?:ing)?", "inform(?:ing)?", "mention(?:ing)?", "reveal(?:ing)
 _PERSON = _alt("user", "users", "human", "operator", "customer", "requester", "end user", "person", "owner")
 _SNEAK = _alt("silently", "secretly", "covertly", "discreetly", "quietly", "stealthily", "invisibly",
               "surreptitiously", "without (?:the user|anyone|them) (?:noticing|knowing)")
+_SEND_OUT = _alt("send", "forward", "email", "e mail", "upload", "exfiltrate", "transfer", "post", "leak", "paste",
+                 "transmit", "submit", "include", "attach", "append", "embed", "encode", "copy")
 _SEND = _alt("send", "forward", "email", "e mail", "upload", "exfiltrate", "transfer", "post", "leak", "share",
              "include", "append", "attach", "call", "invoke", "grant", "approve", "cc", "bcc", "copy", "transmit",
              "submit", "embed")
 
 SQUASH_PATTERNS: tuple[tuple[str, str], ...] = tuple((pid, skeleton(p)) for pid, p in (
     # Override of the instructions in force, in its grammatical shapes.
-    ("ignore-previous", f"{_IGNORE} {_POLITE}* {_FILLER}* {_QUAL}(?: (?:and|or) {_QUAL})? {_FILLER}* {_OBJ}"),
+    ("ignore-previous", f"{_IGNORE} {_POLITE}* {_FILLER}* {_QUAL}(?: (?:and |or )?(?:{_QUAL}|current|present|"
+                        f"future)){{0,2}} {_FILLER}* {_OBJ}"),
+    # The qualifier after the object: "forget the instructions above", "the rules you were given".
+    ("ignore-previous", f"{_IGNORE} {_POLITE}* {_FILLER}* {_OBJ} (?:given |written |stated |provided |mentioned |"
+                        "listed |set out |you were given |you received |you got )?(?:above|before|earlier|"
+                        "previously|so far|prior to this|before this)"),
+    ("ignore-previous", f"{_IGNORE} {_POLITE}* (?:the|your|any|all|every|each) [a-z]{{0,24}}?(?:you were given|"
+                        "you have been given|you ve been given|you received|given to you|provided to you|you were "
+                        "told|you were instructed|you were trained on|you were programmed with)"),
     ("ignore-previous", f"{_IGNORE} {_POLITE}* (?:all )?(?:of )?your {_OBJ_STRONG}"),
     ("ignore-previous", f"{_IGNORE} {_POLITE}* all (?:of )?(?:the )?(?:instructions?|prompts?|directives|guidelines"
                         "|guardrails|restrictions|programming|safeguards)"),
@@ -100,10 +116,13 @@ SQUASH_PATTERNS: tuple[tuple[str, str], ...] = tuple((pid, skeleton(p)) for pid,
                         "ly|earlier|so far|until now|up to (?:this|here|now)|(?:were|have been|ve been|had been|"
                         "are|got) (?:told|given|instructed|taught|programmed|asked)|(?:said|told you|wrote|gave you|"
                         "asked)|(?:that )?(?:came|comes) before|in (?:the|your) (?:system )?prompt)"),
-    ("ignore-previous", f"{_QUAL} {_FILLER}* {_OBJ} (?:above |given |before |so far )?{_COPULA} (?:now |hereby |"
-                        f"henceforth |officially |therefore |thus |all |from now on )*{_VOID}"),
-    ("ignore-previous", f"{_QUAL} {_OBJ} (?:do|does|shall|should|will|must) (?:not|no longer) (?:apply|be followed|"
-                        "count|matter)"),
+    ("ignore-previous", f"{_QUAL} {_FILLER}* {_OBJ} (?:above |given |before |so far )?{_RELATIVE}?{_COPULA} "
+                        f"(?:now |hereby |henceforth |officially |therefore |thus |all |from now on )*{_VOID}"),
+    ("ignore-previous", f"{_QUAL} {_FILLER}* {_OBJ} {_RELATIVE}?(?:do |does |shall |should |will |must )?(?:not|"
+                        "no longer) (?:apply|be followed|count|matter|hold|stand|bind you)"),
+    ("ignore-previous", f"(?:whatever|everything|anything|all|what) (?:that )?(?:you were|you have been|you ve been|"
+                        f"i|we) (?:told|given|instructed|asked|taught) (?:before|earlier|previously|so far|until now)?"
+                        f" (?:is|are|was) (?:now )?{_VOID}"),
     ("ignore-previous", "(?:your|the) (?:safety|content|ethical|moderation) (?:filters?|guidelines|polic(?:y|ies)|"
                         "guardrails|rules|restrictions) (?:are|is|have been|has been) (?:now )?(?:disabled|off|"
                         "lifted|removed|suspended|deactivated|turned off)"),
@@ -119,7 +138,7 @@ SQUASH_PATTERNS: tuple[tuple[str, str], ...] = tuple((pid, skeleton(p)) for pid,
     ("new-instructions", "(?:system|admin|administrator|developer|root|priority|emergency|security|operator) "
                          "(?:override|overide)"),
     # Reassigning the model's identity or lifting its limits.
-    ("role-reassignment", f"{_YOU_ARE} (?:now )?(?:dan|stan|dude|aim|jailbroken|jailbreaking|unrestricted|"
+    ("role-reassignment", f"{_YOU_ARE} (?:now )?(?:jailbroken|jailbreaking|unrestricted|"
                           "unfiltered|uncensored|unchained|unbound|unshackled|no longer (?:bound|restricted|limited"
                           "|constrained|an ai|an assistant|a language model|chatgpt|claude|required to|subject to)|"
                           "(?:free|freed|released|liberated|exempt) (?:from|of)|not (?:bound|restricted|limited|"
@@ -132,51 +151,68 @@ SQUASH_PATTERNS: tuple[tuple[str, str], ...] = tuple((pid, skeleton(p)) for pid,
                           "(?:god|jailbreak|jailbroken|dan|unrestricted|unfiltered|uncensored|evil|chaos|no "
                           "restrictions) mode"),
     ("role-reassignment", "(?:developer|jailbreak|dan|god) mode (?:enabled|activated|on|output|engaged|unlocked)"),
-    ("role-reassignment", "from now on (?:you|u) (?:are|will be|shall be) (?:a|an|the|no longer|dan|my|free|acting"
-                          "|in)"),
-    ("role-reassignment", "from now on (?:you|u) (?:will |must |should |shall |are to )?(?:only |always |never )?"
+    ("role-reassignment", "from now on you (?:are|will be|shall be) (?:a|an|the|no longer|my|free|acting|in)"),
+    ("role-reassignment", "from now on you (?:will |must |should |shall |are to )?(?:only |always |never )?"
                           "(?:respond|reply|answer|act|obey|ignore|pretend|speak|refer to yourself|follow my|"
                           "disregard|roleplay|comply|do whatever|do as|say)"),
     ("role-reassignment", f"(?:act|behave|respond|roleplay|role play|pose|answer|reply) as (?:if you (?:are|were) )?"
-                          f"(?:dan|an? {_BAD_PERSONA} (?:ai|assistant|model|chatbot|version|bot))"),
+                          f"an? {_BAD_PERSONA} (?:ai|assistant|model|chatbot|version|bot)"),
     ("role-reassignment", f"pretend (?:that )?(?:you are|you re|youre|to be|you have|there are) (?:an? )?(?:"
-                          f"{_BAD_PERSONA}|dan|no {_NO_LIMITS}|not bound|without)"),
-    ("role-reassignment", f"(?:you|u) (?:have|has|now have) no (?:more )?{_NO_LIMITS}"),
+                          f"{_BAD_PERSONA}|no {_NO_LIMITS}|not bound|without)"),
+    ("role-reassignment", f"(?:pretend|act|behave|be|become|{_YOU_ARE}|roleplay|play|simulate) (?:to be |as |like )?"
+                          "(?:an? |the |now an? )?(?:ai|assistant|model|chatbot|bot|version of yourself|"
+                          "language model) "
+                          f"(?:without|with no|free of|free from|that has no|that ignores|who ignores) (?:any )?(?:"
+                          f"{_NO_LIMITS}|ethics|safety|filter)"),
+    ("role-reassignment", f"you (?:have|has|now have) no (?:more )?{_NO_LIMITS}"),
     ("role-reassignment", f"(?:respond|answer|reply|act|operate) without (?:any )?(?:{_NO_LIMITS}|ethic(?:s|al)|"
                           "safety|filtering)"),
-    ("role-reassignment", "do anything now"),
     # Extracting the system prompt.
     ("system-prompt", f"{_REVEAL} (?:me |us |back |out )?(?:all |the |your |its |full |entire |complete |exact |"
                       f"original |initial |hidden |secret |internal |verbatim |word for word |of )*{_SECRET_PROMPT}"),
+    ("system-prompt", f"{_REVEAL} (?:me |us |back |out )?(?:all |the |its |full |entire |complete |exact |of |"
+                      "and )*your (?:all |full |entire |complete |exact |original |initial |hidden |secret |internal "
+                      "|confidential |current )*(?:prompt|instructions|rules|guidelines|configuration|programming|"
+                      "directives|system prompt|context window|system message)"),
     ("system-prompt", "what (?:is|are|was|were) your (?:system prompt|instructions|initial prompt|original "
                       "instructions|rules|guidelines|directives|programming|hidden instructions)"),
     ("system-prompt", "(?:repeat|print|output|recite|reproduce) (?:everything|all|the text|the words|the above|all "
                       "text|the content|the messages?|all of the text|the instructions) (?:above|before|verbatim|"
                       "word for word|starting with|preceding)"),
     # Keeping the user in the dark.
-    ("conceal-from-user", f"(?:do not|dont|never|without|avoid|not|no need to) {_TELL} (?:this |it |anything |that "
-                          f"|these |them |any of this |about (?:this|it|these|that) )?(?:to |up to |know |aware )?"
+    ("conceal-from-user", f"(?:do not|dont|never|without|avoid|must not|should not|not to|you not|no need to) "
+                          f"{_TELL} (?:this |it "
+                          "|anything |that |these |them |any of this |about (?:this|it|these|that) |(?:this|these|"
+                          "that|the|any|my|our) (?:instructions?|messages?|notes?|text|requests?|steps?|actions?|"
+                          "changes?|emails?|part|content|prompt|transfer|tool call) )?(?:to |up to |know |aware )?"
                           f"(?:the |your |any )?{_PERSON}"),
-    ("conceal-from-user", f"(?:keep|hide|conceal) (?:this|it|these|the following|your actions|everything|what you "
-                          f"(?:do|did)|the (?:instructions?|steps|action|request|transfer|email|message)) (?:secret "
-                          f"|hidden |private |confidential )?from (?:the |your )?{_PERSON}"),
+    ("conceal-from-user", f"(?:keep|hide|conceal) (?:this|it|these|those|the following|your|my|what you|everything|"
+                          f"any|all) [a-z]{{0,30}}?from (?:the |your |any )?{_PERSON}"),
     ("conceal-from-user", f"the {_PERSON} (?:must|should|will|does|need|needs|may|can|is) (?:not|never) (?:to )?"
-                          "(?:know|see|notice|find out|be told|be informed|learn|suspect|be aware|be made aware|"
+                          "(?:know|notice|find out|be told|be informed|learn|suspect|be aware|be made aware|"
                           "discover)"),
     ("conceal-from-user", f"{_SNEAK} {_SEND}"),
     ("conceal-from-user", f"(?:without|do not|dont|never|no need to) (?:ask|asking|request|requesting|seek|seeking|"
                           f"wait for|waiting for) (?:the |for )?{_PERSON}s? (?:s )?(?:for )?(?:confirmation|"
                           "permission|approval|consent)"),
+    # Sending secrets or the conversation somewhere, spelled out (the fold view has the path-shaped forms).
+    ("exfiltration", f"{_SEND_OUT} (?:me |us )?(?:all |the |every |of |your |its |entire |full |whole |complete |"
+                     "contents of |content of |a copy of |copy of |any |each )*(?:(?:user s? |users |their |his |her "
+                     ")(?:passwords?|credentials|api keys?|tokens?|private keys?|ssh keys?|session cookies|cookies|"
+                     "emails?|inbox|contacts|files|documents|messages|personal data|credit cards?)|secrets|credentials"
+                     "|api keys|passwords|access tokens|environment variables|env vars|private keys|ssh keys?|"
+                     "conversation history|chat history|message history|conversation|chat log|system prompt)"),
     # Text that addresses the model reading it.
-    ("model-address", f"if {_YOU_ARE} (?:an? |the )?(?:{_AI}|ai assistant|assistant (?:reading|processing))"),
+    ("model-address", f"if {_YOU_ARE} (?:an? |the )?{_AI_LONG}"),
     ("model-address", f"(?:note|message|attention|instructions?|important|reminder|directive|warning|notice|"
-                      f"request|memo|hint) (?:to|for) (?:the |all |any |every )?(?:{_AI}|ai assistants|ai agents|"
-                      f"language models|chatbots|ai models|llms)s? "),
-    ("model-address", "(?:attention|hey|hi|hello|dear|psst|listen|ok|okay) (?:ai|llm|chatgpt|gpt|copilot|ai "
-                      "assistant|ai agent|language model|chatbot|ai model)"),
-    ("model-address", f"(?:any|all|every|to the|to any|to all) (?:{_AI}|ai assistants|ai agents|language models|"
-                      "chatbots|ai models|llms)s? (?:reading|processing|parsing|summari[sz]ing|that reads?|which "
-                      "reads?|who reads?|seeing|scraping|crawling|indexing|must|should|analy[sz]ing)"),
+                      f"request|memo|hint) (?:to|for) (?:the |all |any |every )?{_AI_LONG}"),
+    ("model-address", f"(?:attention|hey|hello|dear|psst|listen) {_AI_LONG}"),
+    ("model-address", f"(?:any|all|every|to the|to any|to all) {_AI_LONG}s? (?:reading|processing|parsing|"
+                      "summari[sz]ing|that reads?|which reads?|who reads?|seeing|scraping|crawling|indexing|must|"
+                      "should|analy[sz]ing)"),
+    ("model-address", f"{_AI_LONG}s? (?:that |which |who )?(?:read|reads|reading|process|processes|processing|parse|"
+                      "parses|parsing|summari[sz]es?|summari[sz]ing|scan|scans|scanning|see|sees|seeing|analy[sz]es?|"
+                      "analy[sz]ing) (?:this|these|the following)"),
     ("model-address", "(?:ai|llm|assistant|model|agent|chatbot)s? (?:reading|processing|parsing|summari[sz]ing|"
                       "analy[sz]ing) this (?:page|document|text|email|message|file|issue|comment|content|site|data|"
                       "website|review|repository|readme|ticket) (?:must|should|shall|will|is required|needs|please|"
@@ -214,8 +250,16 @@ FOLD_PATTERNS: tuple[tuple[str, str], ...] = (
     ("fake-tool-call", _Q + r"(?:tool_calls|function_call)" + _Q + r"\s*:\s*[\[\{]|" + _Q + r"type" + _Q
                        + r"\s*:\s*" + _Q + r"(?:tool_use|function_call|tool_call)" + _Q),
     ("fake-tool-call", r"(?m)^[ \t]*action[ \t]*:[ \t]*[\w.\-]+[ \t]*\n[ \t]*action[ _]input[ \t]*:"),
-    ("role-reassignment", r"\byou(?:'re| are) now (?:a|an|the|my) (?:[\w-]+ ){0,2}(?:ai|assistant|chatbot|bot|"
-                          r"language model|hacker|persona|character|jailbreak)\b"),
+    ("role-reassignment", r"\byou(?:'re| are) now (?:a|an|the|my) (?:[\w-]+ ){0,2}(?:ai|chatbot|bot|language model|"
+                          r"hacker|persona|character|jailbreak)\b"),
+    ("role-reassignment", r"\b(?:you(?:'re| are)(?: now)?|act as|pretend to be|known as|called|named) (?:dan|stan|"
+                          r"dude|aim|evilbot|developer mode)\b|\bdo anything now\b[^\n]{0,80}\bdan\b|\bdan\b[^\n]{0,80}"
+                          r"\bdo anything now\b"),
+    ("model-address", r"\bif you(?:'re| are) (?:an? |the )?(?:ai|llm|bot|gpt|claude|gemini|model)\b|\b(?:note|message|"
+                      r"attention|instructions?|reminder|memo) (?:to|for) (?:the |all |any |every )?(?:ai|llms?|ais|"
+                      r"claude|gpt|gemini|models?|agents?)\b[^\n]{0,3}[:,\-]|\b(?:attention|hey|psst|listen|dear|"
+                      r"hello|hi),? (?:ai|llm)\b|\b(?:to|for) (?:any|all|every) (?:ai|llm|bot|model)s? (?:reading|"
+                      r"processing|parsing|summari[sz]ing|that reads?|scraping|crawling|indexing)\b"),
     ("new-instructions", r"\b(?:new|updated|real|actual|revised|true|secret|hidden|override|priority|urgent|"
                          r"additional|important) (?:system |admin |developer )?(?:instructions?|directives?|orders?|"
                          r"task|prompt)\s*:"),
@@ -315,3 +359,27 @@ def jsonrpc_messages(folded: str, starts: list[tuple[int, int]] | None = None) -
 
 
 _JSONRPC_START = re.compile(JSONRPC)
+_MCP_METHOD = re.compile(r"(?:tools|resources|prompts|sampling|elicitation|notifications|completion|roots|logging|"
+                         r"tasks)/|initialize$|ping$")
+_MCP_RESULT_KEYS = frozenset({"content", "isError", "structuredContent", "tools", "messages", "contents"})
+_TOOL_USE_TYPES = frozenset({"tool_use", "function_call", "tool_call"})
+
+
+def json_shape(node: dict[Any, Any]) -> str | None:
+    """The structural family a JSON object's shape belongs to, if any (see ``InjectionDetector.scan_json``)."""
+    if node.get("jsonrpc") == "2.0":
+        method = node.get("method")
+        if isinstance(method, str) and _MCP_METHOD.match(method):
+            return "jsonrpc-message"
+        result = node.get("result")
+        if isinstance(result, dict) and _MCP_RESULT_KEYS & result.keys():
+            return "jsonrpc-message"
+        return None
+    if (isinstance(node.get("tool_calls"), list) and node["tool_calls"]) or isinstance(node.get("function_call"), dict):
+        return "fake-tool-call"
+    if node.get("type") in _TOOL_USE_TYPES:
+        return "fake-tool-call"
+    name = node.get("name") or node.get("tool") or node.get("tool_name")
+    if isinstance(name, str) and isinstance(node.get("arguments"), dict | str) and "inputSchema" not in node:
+        return "fake-tool-call"
+    return None

@@ -20,7 +20,7 @@ import re2
 from bastion.sanitize import families
 from bastion.sanitize.encoded import RUNS_PATTERN, decoded_runs
 from bastion.sanitize.families import FOLD_PATTERNS, JSONRPC, ROLE_LINE, SQUASH_PATTERNS
-from bastion.sanitize.normalize import fold, mapped_fold, mapped_squash, squash
+from bastion.sanitize.normalize import SPACED_PATTERN, collapse, fold, mapped_fold, mapped_squash, squash
 from bastion.sanitize.patterns import Hit
 from bastion.sanitize.text import NO_COUNTS, decode_tags
 
@@ -29,6 +29,9 @@ INJECTION_ACTIONS: tuple[InjectionAction, ...] = ("flag", "neutralise", "block")
 
 # The scan bound per string (the default max_item_bytes is 2 MiB, so by default every item is scanned whole).
 MAX_SCAN_CHARS = 2 * 1024 * 1024
+# Parsed JSON text blocks: how much of the tree is looked at for tool-call and JSON-RPC shapes.
+MAX_JSON_NODES = 10_000
+MAX_JSON_DEPTH = 8
 # Encoded runs inside decoded runs (base64 of hex...) are followed this deep.
 MAX_ENCODING_DEPTH = 2
 
@@ -39,6 +42,7 @@ HIDDEN_CLASSES: tuple[str, ...] = ("tag", "bidi", "escape_string")
 _ROLE = "candidate:role"
 _JSONRPC = "candidate:jsonrpc"
 _ENCODED = "candidate:encoded"
+_SPACED = "candidate:spaced"
 
 _TRANSLATE = str.maketrans({"<": "\u2039", ">": "\u203a", "[": "(", "]": ")", "|": "\u00a6"})
 
@@ -103,7 +107,7 @@ class InjectionDetector:
 
     def __init__(self) -> None:
         self._fold = _View((*FOLD_PATTERNS, (_ROLE, ROLE_LINE), (_JSONRPC, JSONRPC),
-                            (_ENCODED, "(?i)" + RUNS_PATTERN)))
+                            (_ENCODED, "(?i)" + RUNS_PATTERN), (_SPACED, SPACED_PATTERN)))
         self._squash = _View(SQUASH_PATTERNS)
 
     def may_match(self, text: str) -> bool:
@@ -132,6 +136,7 @@ class InjectionDetector:
         if not fold_members and not squash_members:
             return counts
         view_spans: list[tuple[int, int]] = []
+        spans_c: list[tuple[int, int]] = []  # already in original coordinates
         for hit in self._fold.hits(fold_members, folded):
             _add(counts, f"injection:{self._fold.ids[hit.index]}")
             view_spans.append((hit.start, hit.end))
@@ -153,6 +158,18 @@ class InjectionDetector:
                         _add(counts, f"injection:encoded-{family}", n)
                     if inner and spans is not None:
                         spans.append((run.start, run.end))
+            elif kind == _SPACED:
+                # Spelled-out words joined: the fold-view families get a second look (new families only, so a
+                # phrase already counted is not counted twice).
+                collapsed, collapsed_index = collapse(folded, fold_index)
+                members = self._fold.members(collapsed.encode("utf-8", "surrogatepass"))
+                seen = set(counts)
+                for hit in self._fold.hits(members, collapsed):
+                    key = f"injection:{self._fold.ids[hit.index]}"
+                    if key not in seen:
+                        _add(counts, key)
+                    if collapsed_index is not None:
+                        spans_c.append((collapsed_index[hit.start], collapsed_index[hit.end - 1] + 1))
         squash_hits = self._squash.hits(squash_members, squashed)
         for hit in squash_hits:
             _add(counts, f"injection:{self._squash.ids[hit.index]}")
@@ -161,6 +178,7 @@ class InjectionDetector:
                 spans.append((fold_index[start], fold_index[end - 1] + 1))
             for hit in squash_hits:
                 spans.append((squash_index[hit.start], squash_index[hit.end - 1] + 1))
+            spans.extend(spans_c)
         return counts
 
     def apply(self, text: str, action: InjectionAction) -> tuple[str, Mapping[str, int]]:
@@ -197,6 +215,29 @@ class InjectionDetector:
             pos = end
         parts.append(text[pos:])
         return "".join(parts), counts
+
+    def scan_json(self, value: Any) -> Mapping[str, int]:
+        """Structural families in a parsed JSON text block, whose strings are scanned one by one and so never
+        show the shape: a JSON-RPC message with an MCP method or an MCP-shaped result, or a tool call
+        (``tool_calls``, ``function_call``, ``{"name": ..., "arguments": {...}}``, ``"type": "tool_use"``)."""
+        counts: dict[str, int] = {}
+        stack: list[tuple[Any, int]] = [(value, 0)]
+        nodes = 0
+        while stack and nodes < MAX_JSON_NODES:
+            node, depth = stack.pop()
+            nodes += 1
+            if isinstance(node, dict):
+                kind = families.json_shape(node)
+                if kind is not None:
+                    _add(counts, f"injection:{kind}")
+                children: Any = node.values()
+            elif isinstance(node, list):
+                children = node
+            else:
+                continue
+            if depth < MAX_JSON_DEPTH:
+                stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        return counts
 
     def hidden(self, original: str, cleaning: Mapping[str, int]) -> Mapping[str, int]:
         """Signals from what cleaning removed; text smuggled in tag characters is decoded and scanned too."""

@@ -67,8 +67,8 @@ _MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f\u200
 _ANY_FOLDABLE = re.compile(f"[{_FOLD_CLASS}{_MARKS}]")
 # A word made only of ASCII letters/digits, foldable characters and marks, with at least one of the latter.
 # Whole words only: a word of Russian or Greek prose holds letters outside the table and is left as it is.
-_FOLD_WORD = re.compile(f"(?<!\\w)[A-Za-z0-9{_FOLD_CLASS}{_MARKS}]*[{_FOLD_CLASS}{_MARKS}]"
-                        f"[A-Za-z0-9{_FOLD_CLASS}{_MARKS}]*(?!\\w)")
+_FOLD_WORD = re.compile(f"(?<!\\w)[A-Za-z0-9_{_FOLD_CLASS}{_MARKS}]*[{_FOLD_CLASS}{_MARKS}]"
+                        f"[A-Za-z0-9_{_FOLD_CLASS}{_MARKS}]*(?!\\w)")
 _MARK_TABLE = {cp: None for lo, hi in ((0x300, 0x36F), (0x1AB0, 0x1AFF), (0x1DC0, 0x1DFF), (0x20D0, 0x20FF),
                                        (0xFE20, 0xFE2F), (0x200C, 0x200D)) for cp in range(lo, hi + 1)}
 _WORD_TABLE: Mapping[int, str | None] = MappingProxyType({**_MARK_TABLE, **FOLD})
@@ -161,3 +161,45 @@ def mapped_squash(folded: str, fold_index: list[int]) -> tuple[str, list[int]]:
             letters.append(letter)
             index.append(fold_index[i])
     return "".join(letters), index
+
+
+# Letters spelled out one by one: "i g n o r e", "D/A/N", "y-o-u". Three or more single letters (or leet digits),
+# each followed by one separator; a longer gap separates words.
+SPACED_PATTERN = r"\b(?:[a-z0-9@$][ ./_*\-|+~,:]){2,}[a-z0-9@$]\b"
+_SPACED = re.compile(r"(?<![^\W_])(?:[^\W_][ ./_*\-|+~,:]){2,}[^\W_](?![^\W_])")
+_GAP = re.compile(r"[\s./_*\-|+~,:]+")
+
+
+def collapse(folded: str, index: list[int] | None = None) -> tuple[str, list[int] | None]:
+    """The fold view with spelled-out words joined and the gaps between them reduced to one space, so the
+    fold-view patterns (which need word boundaries) read ``Y/o/u a/r/e n/o/w D/A/N`` as ``you are now dan``.
+
+    With ``index`` (a map from ``folded`` to the original text), the map of the result is returned too.
+    """
+    parts: list[str] = []
+    where: list[range | list[int]] = []
+    pos = 0
+    joined = False
+    for m in _SPACED.finditer(folded):
+        gap = folded[pos:m.start()]
+        if joined and _GAP.fullmatch(gap):
+            parts.append(" ")
+            where.append([m.start() - 1])
+        else:
+            parts.append(gap)
+            where.append(range(pos, m.start()))
+        # Within a run the most common separator splits letters; any other one ("Y/o/u a/r/e") splits words.
+        run = m.group()
+        seps = [c for c in run if not c.isalnum()]
+        inner = max(set(seps), key=seps.count)
+        kept = [k for k in range(m.start(), m.end()) if folded[k] != inner]
+        parts.append("".join(c if c.isalnum() else " " for c in (folded[k] for k in kept)))
+        where.append(kept)
+        pos = m.end()
+        joined = True
+    if not joined:
+        return folded, index
+    parts.append(folded[pos:])
+    where.append(range(pos, len(folded)))
+    mapped = [index[k] for span in where for k in span] if index is not None else None
+    return "".join(parts), mapped

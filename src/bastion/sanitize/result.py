@@ -216,6 +216,9 @@ class Sanitizer:
                     except _TooDeep:
                         walked = parsed
                     else:
+                        # Strings are scanned one by one; the shape of the whole (a tool call, a JSON-RPC
+                        # message) only shows here.
+                        self.report.add(self.policy.detector.scan_json(parsed))
                         new = text if walked is parsed else _dumps_like(walked, text)
                         return {**block, "text": self._limit_only(new)}
         return {**block, "text": self._budgeted(text)}
