@@ -30,28 +30,36 @@ def _alt(*words: str) -> str:
 
 _POLITE = _alt("please", "kindly", "now", "just", "simply", "completely", "totally", "entirely", "fully",
                "immediately", "also")
-_IGNORE = _alt(
-    "ignor(?:e|ing)", "disregard(?:ing)?", "forg(?:et|etting|ot)", "overrid(?:e|ing)", "overwrit(?:e|ing)",
-    "bypass(?:ing)?", "discard(?:ing)?", "abandon(?:ing)?", "neglect(?:ing)?", "overlook(?:ing)?",
-    "dismiss(?:ing)?", "never mind", "set aside", "put aside", "throw (?:out|away)", "scrap", "ditch",
-    "pay no (?:attention|heed|mind) to", "skip(?:ping)?", "drop(?:ping)?", "cancel(?:ing)?",
-    "(?:do not|dont|never|stop|no longer|cease|quit) (?:follow(?:ing)?|obey(?:ing)?|adher(?:e|ing) to|"
-    "comply(?:ing)? with|listen(?:ing)? to|heed(?:ing)?|respect(?:ing)?|abid(?:e|ing) by)",
+# Verbs that only mean "stop following" (strong), and verbs that do so only next to "previous instructions".
+_IGNORE_STRONG = _alt(
+    "ignor(?:e|ing)", "disregard(?:ing)?", "forg(?:et|etting|ot)(?: about)?", "abandon(?:ing)?",
+    "neglect(?:ing)?", "overlook(?:ing)?", "dismiss(?:ing)?", "never mind", "nevermind", "set aside", "put aside",
+    "pay no (?:attention|heed|mind) to", "(?:do not|dont|never|stop|no longer|cease|quit) (?:follow(?:ing)?|"
+    "obey(?:ing)?|adher(?:e|ing) to|comply(?:ing)? with|listen(?:ing)? to|heed(?:ing)?|respect(?:ing)?|"
+    "abid(?:e|ing) by)",
 )
+_IGNORE = _alt(_IGNORE_STRONG, "overrid(?:e|ing)", "overwrit(?:e|ing)", "bypass(?:ing)?", "discard(?:ing)?",
+               "throw (?:out|away)", "scrap", "ditch", "skip(?:ping)?", "drop(?:ping)?", "cancel(?:ing)?")
 _FILLER = _alt("all", "any", "every", "each", "the", "your", "my", "of", "these", "those", "that", "this", "its",
                "such", "other", "entire", "whole", "and", "or", "also", "just", "completely", "everything",
                "anything", "in", "from", "set", "kind", "sort", "type")
 _QUAL = _alt("previous(?:ly)?", "prior", "preceding", "above", "earlier", "foregoing", "former", "original",
-             "initial", "old(?:er)?", "existing", "system", "developer", "safety", "default", "given", "past",
-             "last", "pre ?set", "pre ?programmed", "programmed", "built ?in", "hidden", "standing", "base", "core",
-             "ethical", "content", "moderation", "operator", "first", "aforementioned", "above ?mentioned",
-             "provided", "earlier ?given")
+             "initial", "old(?:er)?", "system", "developer", "safety", "past", "pre ?set", "pre ?programmed",
+             "programmed", "built ?in", "hidden", "ethical", "moderation", "operator", "aforementioned",
+             "above ?mentioned", "earlier ?given", "ur previous", "underlying", "current system")
+# After the object: where the instructions came from.
+_POST = _alt("above", "before", "earlier", "previously", "so far", "prior to this", "before this", "wrote",
+             "gave you", "were given", "you were given", "you received", "you got", "came before", "come before",
+             "you were told", "you were configured with", "you were set up with", "you were trained (?:on|with)",
+             "you have been given", "you ve been given", "provided to you", "given to you", "listed above",
+             "stated above", "written above", "in your system prompt", "in the system prompt")
 _OBJ = _alt("instructions?", "prompts?", "directions?", "rules?", "guidelines?", "guidance", "context",
             "messages?", "orders?", "commands?", "directives?", "constraints?", "restrictions?", "guardrails?",
             "polic(?:y|ies)", "programming", "training", "conversation", "tasks?", "inputs?", "persona",
             "limitations?", "filters?", "safeguards?", "protocols?", "boundaries", "principles", "ethics",
             "text", "requests?", "assignments?", "briefing", "setup", "configuration")
 _OBJ_STRONG = _alt("instructions?", "prompts?", "guidelines?", "directives?", "programming", "training",
+                   "polic(?:y|ies)",
                    "guardrails?", "restrictions?", "safeguards?", "system prompt", "rules", "orders",
                    "ethical guidelines", "content polic(?:y|ies)")
 _COPULA = _alt("are", "is", "have been", "has been", "were", "was", "shall be", "should be", "must be",
@@ -63,7 +71,7 @@ _VOID = _alt("null and void", "void", "null", "cancel(?:l)?ed", "revoked", "resc
              "retracted", "off")
 _YOU_ARE = _alt("you are", "you re", "youre", "you will be", "you shall be")
 _RELATIVE = _alt("(?:that |which )?(?:you|i|we) (?:received|were given|got|have been given|have|had|were told|"
-                 "read|saw) ")
+                 "read|saw|were (?:configured|set up|trained|programmed|instructed)(?: with| on)?) ")
 _AI = _alt("ai", "a i", "llm", "large language model", "language model", "ai assistant", "ai agent", "chatbot",
            "chat bot", "gpt", "chatgpt", "claude", "copilot", "gemini", "ai model", "automated (?:agent|assistant|"
            "system|tool)", "ai system", "ai tool", "bot")
@@ -101,24 +109,33 @@ SQUASH_PATTERNS: tuple[tuple[str, str], ...] = tuple((pid, skeleton(p)) for pid,
     ("ignore-previous", f"{_IGNORE} {_POLITE}* {_FILLER}* {_QUAL}(?: (?:and |or )?(?:{_QUAL}|current|present|"
                         f"future)){{0,2}} {_FILLER}* {_OBJ}"),
     # The qualifier after the object: "forget the instructions above", "the rules you were given".
-    ("ignore-previous", f"{_IGNORE} {_POLITE}* {_FILLER}* {_OBJ} (?:given |written |stated |provided |mentioned |"
-                        "listed |set out |you were given |you received |you got )?(?:above|before|earlier|"
-                        "previously|so far|prior to this|before this)"),
+    ("ignore-previous", f"{_IGNORE_STRONG} {_POLITE}* (?:whatever |what |{_FILLER} )*{_OBJ} (?:that |which )?"
+                        f"(?:your [a-z]{{1,12}} |the [a-z]{{1,12}} |i |we |they )?"
+                        f"(?:given |written |stated |provided |mentioned |listed |set out "
+                        f")?{_POST}"),
+    # An override verb and "previous instructions" a few words apart ("forget about your earlier directions").
+    ("ignore-previous", f"{_IGNORE_STRONG} [a-z]{{0,30}}?{_QUAL} (?:system |safety |core |{_FILLER} )?{_OBJ}"),
+    ("ignore-previous", f"{_QUAL} (?:system |safety |core )?{_OBJ} [a-z]{{0,40}}?(?:treated as|considered|regarded "
+                        f"as|deemed|marked as|now|are|is) (?:now )?{_VOID}"),
+    ("ignore-previous", f"{_IGNORE_STRONG} {_POLITE}* (?:everything|anything|whatever|what|all) (?:that )?(?:the "
+                        "user|your user|the human|they|the operator|your operator|the developer|the system) (?:has )?"
+                        "(?:asked|said|requested|wants|wanted|wrote|told you|instructed|typed)"),
     ("ignore-previous", f"{_IGNORE} {_POLITE}* (?:the|your|any|all|every|each) [a-z]{{0,24}}?(?:you were given|"
                         "you have been given|you ve been given|you received|given to you|provided to you|you were "
                         "told|you were instructed|you were trained on|you were programmed with)"),
-    ("ignore-previous", f"{_IGNORE} {_POLITE}* (?:all )?(?:of )?your {_OBJ_STRONG}"),
+    ("ignore-previous", f"{_IGNORE} {_POLITE}* (?:all )?(?:of )?your [a-z]{{0,12}}?{_OBJ_STRONG}"),
     ("ignore-previous", f"{_IGNORE} {_POLITE}* all (?:of )?(?:the )?(?:instructions?|prompts?|directives|guidelines"
                         "|guardrails|restrictions|programming|safeguards)"),
-    ("ignore-previous", f"{_IGNORE} {_POLITE}* (?:everything|anything|all|whatever|what) (?:that )?(?:is |was |has"
-                        " been |you have been |you ve been |you were |i |we )?(?:written |said |stated |mentioned |"
-                        "given |provided |told |instructed |wrote |typed )?(?:you )?(?:above|before|prior|previous"
-                        "ly|earlier|so far|until now|up to (?:this|here|now)|(?:were|have been|ve been|had been|"
-                        "are|got) (?:told|given|instructed|taught|programmed|asked)|(?:said|told you|wrote|gave you|"
-                        "asked)|(?:that )?(?:came|comes) before|in (?:the|your) (?:system )?prompt)"),
+    ("ignore-previous", f"{_IGNORE_STRONG} {_POLITE}* (?:everything|anything|all|whatever|what) (?:that )?(?:is "
+                        "|was |has been |you have been |you ve been |you were |i |we )?(?:written |said |stated |"
+                        "mentioned |given |provided |told |instructed |wrote |typed )?(?:you )?(?:above|before|"
+                        "prior|previously|earlier|so far|until now|up to (?:this|here|now)|(?:were|have been|ve been|"
+                        "had been|are|got) (?:told|given|instructed|taught|programmed|asked)|(?:said|told you|wrote|"
+                        "gave you|asked)|(?:that )?(?:came|comes) before|in (?:the|your) (?:system )?prompt)"),
     ("ignore-previous", f"{_QUAL} {_FILLER}* {_OBJ} (?:above |given |before |so far )?{_RELATIVE}?{_COPULA} "
                         f"(?:now |hereby |henceforth |officially |therefore |thus |all |from now on )*{_VOID}"),
-    ("ignore-previous", f"{_QUAL} {_FILLER}* {_OBJ} {_RELATIVE}?(?:do |does |shall |should |will |must )?(?:not|"
+    ("ignore-previous", f"(?:{_QUAL} {_FILLER}* {_OBJ} {_RELATIVE}?|{_OBJ} {_RELATIVE})"
+                        "(?:do |does |shall |should |will |must )?(?:not|"
                         "no longer) (?:apply|be followed|count|matter|hold|stand|bind you)"),
     ("ignore-previous", f"(?:whatever|everything|anything|all|what) (?:that )?(?:you were|you have been|you ve been|"
                         f"i|we) (?:told|given|instructed|asked|taught) (?:before|earlier|previously|so far|until now)?"
@@ -152,6 +169,9 @@ SQUASH_PATTERNS: tuple[tuple[str, str], ...] = tuple((pid, skeleton(p)) for pid,
                           "restrictions) mode"),
     ("role-reassignment", "(?:developer|jailbreak|dan|god) mode (?:enabled|activated|on|output|engaged|unlocked)"),
     ("role-reassignment", "from now on you (?:are|will be|shall be) (?:a|an|the|no longer|my|free|acting|in)"),
+    ("role-reassignment", "from now on (?:you re|youre|you are) (?:going to|gonna|about to) (?:act|be|respond|"
+                          "behave|play|pretend|roleplay|answer|reply|obey|ignore)"),
+    ("role-reassignment", f"(?:who|you) (?:has|have|now have) no (?:more )?{_NO_LIMITS}"),
     ("role-reassignment", "from now on you (?:will |must |should |shall |are to )?(?:only |always |never )?"
                           "(?:respond|reply|answer|act|obey|ignore|pretend|speak|refer to yourself|follow my|"
                           "disregard|roleplay|comply|do whatever|do as|say)"),
@@ -188,6 +208,9 @@ SQUASH_PATTERNS: tuple[tuple[str, str], ...] = tuple((pid, skeleton(p)) for pid,
                           f"(?:the |your |any )?{_PERSON}"),
     ("conceal-from-user", f"(?:keep|hide|conceal) (?:this|it|these|those|the following|your|my|what you|everything|"
                           f"any|all) [a-z]{{0,30}}?from (?:the |your |any )?{_PERSON}"),
+    ("conceal-from-user", f"(?:make sure|ensure|see to it) (?:that )?(?:the |your )?{_PERSON} (?:is|are|does|do|will|"
+                          "doesnt|dont|wont) (?:not |never )?(?:un)?(?:aware|know|notice|find out|learn|suspect|"
+                          "realize|realise|discover)"),
     ("conceal-from-user", f"the {_PERSON} (?:must|should|will|does|need|needs|may|can|is) (?:not|never) (?:to )?"
                           "(?:know|notice|find out|be told|be informed|learn|suspect|be aware|be made aware|"
                           "discover)"),
@@ -207,9 +230,10 @@ SQUASH_PATTERNS: tuple[tuple[str, str], ...] = tuple((pid, skeleton(p)) for pid,
     ("model-address", f"(?:note|message|attention|instructions?|important|reminder|directive|warning|notice|"
                       f"request|memo|hint) (?:to|for) (?:the |all |any |every )?{_AI_LONG}"),
     ("model-address", f"(?:attention|hey|hello|dear|psst|listen) {_AI_LONG}"),
-    ("model-address", f"(?:any|all|every|to the|to any|to all) {_AI_LONG}s? (?:reading|processing|parsing|"
-                      "summari[sz]ing|that reads?|which reads?|who reads?|seeing|scraping|crawling|indexing|must|"
-                      "should|analy[sz]ing)"),
+    ("model-address", f"(?:any|all|every|to the|to any|to all|whichever|to whichever|to whatever|whatever) "
+                      f"{_AI_LONG}s? (?:is |are )?(?:reading|processing|parsing|summari[sz]ing|that reads?|which "
+                      "reads?|who reads?|seeing|scraping|crawling|indexing|must|should|analy[sz]ing|browsing|"
+                      "visiting|viewing|looking at)"),
     ("model-address", f"{_AI_LONG}s? (?:that |which |who )?(?:read|reads|reading|process|processes|processing|parse|"
                       "parses|parsing|summari[sz]es?|summari[sz]ing|scan|scans|scanning|see|sees|seeing|analy[sz]es?|"
                       "analy[sz]ing) (?:this|these|the following)"),
@@ -260,6 +284,8 @@ FOLD_PATTERNS: tuple[tuple[str, str], ...] = (
                       r"claude|gpt|gemini|models?|agents?)\b[^\n]{0,3}[:,\-]|\b(?:attention|hey|psst|listen|dear|"
                       r"hello|hi),? (?:ai|llm)\b|\b(?:to|for) (?:any|all|every) (?:ai|llm|bot|model)s? (?:reading|"
                       r"processing|parsing|summari[sz]ing|that reads?|scraping|crawling|indexing)\b"),
+    ("new-instructions", r"(?m)^[ \t#=*>\-\[]*(?:new|updated|real|actual|revised|secret|hidden|override|priority|"
+                         r"urgent) (?:system |admin )?(?:instructions?|directives?|orders?|prompt)[ \t#=*:\-\]!]*$"),
     ("new-instructions", r"\b(?:new|updated|real|actual|revised|true|secret|hidden|override|priority|urgent|"
                          r"additional|important) (?:system |admin |developer )?(?:instructions?|directives?|orders?|"
                          r"task|prompt)\s*:"),
