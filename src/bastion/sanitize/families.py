@@ -335,13 +335,13 @@ _JSONRPC_RESULT = re.compile(r"\\?\"result\\?\"\s*:")
 _MCP_RESULT = re.compile(r"\\?\"(?:content|iserror|structuredcontent|tools|messages|contents)\\?\"\s*:")
 
 
-def role_turns(folded: str, starts: list[tuple[int, int]] | None = None) -> int:
+def role_turns(folded: str, starts: list[tuple[int, int]] | None = None, lenient: bool = False) -> int:
     """Count role-marker lines that open a turn aimed at the model (appends each marker's span to ``starts``).
 
     Transcripts legitimately hold many role lines; what marks an injection is a ``system``/``developer``/
     ``instruction`` line followed by an instruction aimed at the model (unless it is the opening line of a
     transcript, as in a dataset sample or prompt file), or a user/assistant turn carrying such an instruction in
-    a text that is not a transcript.
+    a text that is not a transcript. ``lenient`` drops both exemptions (a superset, for prescans).
     """
     marks = []
     for i, m in enumerate(_ROLE_RE.finditer(folded)):
@@ -350,7 +350,7 @@ def role_turns(folded: str, starts: list[tuple[int, int]] | None = None) -> int:
         marks.append(m)
     if not marks:
         return 0
-    transcript = len({m.group(1) for m in marks}) >= 2
+    transcript = not lenient and len({m.group(1) for m in marks}) >= 2
     hits = 0
     for i, m in enumerate(marks):
         role, suffix = m.group(1), m.group(2)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import re2
 
 from bastion.sanitize import families
-from bastion.sanitize.encoded import RUNS_PATTERN, decoded_runs
+from bastion.sanitize.encoded import MAX_PROBES, RUNS_PATTERN, decoded_runs
 from bastion.sanitize.families import FOLD_PATTERNS, JSONRPC, ROLE_LINE, SQUASH_PATTERNS
 from bastion.sanitize.normalize import SPACED_PATTERN, collapse, fold, mapped_fold, mapped_squash, squash
 from bastion.sanitize.patterns import Hit
@@ -111,16 +111,21 @@ class InjectionDetector:
         self._squash = _View(SQUASH_PATTERNS)
 
     def may_match(self, text: str) -> bool:
-        """False only if no family, candidate or encoded run can occur anywhere in ``text``."""
-        folded = fold(text[:MAX_SCAN_CHARS])
-        return bool(self._fold.members(folded.encode("utf-8", "surrogatepass"))
-                    or self._squash.members(squash(folded)))
+        """False only if scanning any part of ``text`` on its own cannot find anything.
+
+        Used on all strings of a JSON tree joined, so that a clean tree costs one scan instead of one per
+        string. The scan is made a superset of the per-string scans: every encoded run is probed (a joined tree
+        may hold more runs than one string's budget), and role markers count without the transcript exemption
+        (which depends on the string a marker stands in).
+        """
+        return bool(self._scan(text[:MAX_SCAN_CHARS], 0, None, prescan=True))
 
     def scan(self, text: str) -> Mapping[str, int]:
         """Counts keyed ``injection:<family>`` (``injection:encoded-<family>`` for what an encoded run hid)."""
         return self._scan(text[:MAX_SCAN_CHARS], 0, None)
 
-    def _scan(self, text: str, depth: int, spans: list[tuple[int, int]] | None) -> dict[str, int]:
+    def _scan(self, text: str, depth: int, spans: list[tuple[int, int]] | None,
+              prescan: bool = False) -> dict[str, int]:
         """Counts; with ``spans``, also the spans in ``text`` to rewrite (the slow, mapped path)."""
         counts: dict[str, int] = {}
         if spans is None:
@@ -143,7 +148,7 @@ class InjectionDetector:
         for i in fold_members:
             kind = self._fold.ids[i]
             if kind == _ROLE:
-                n = families.role_turns(folded, view_spans)
+                n = families.role_turns(folded, view_spans, lenient=prescan)
                 if n:
                     _add(counts, "injection:role-turn", n)
             elif kind == _JSONRPC:
@@ -151,7 +156,8 @@ class InjectionDetector:
                 if n:
                     _add(counts, "injection:jsonrpc-message", n)
             elif kind == _ENCODED and depth < MAX_ENCODING_DEPTH:
-                for run in decoded_runs(text):
+                limit = len(text) if prescan else MAX_PROBES
+                for run in decoded_runs(text, max_probes=limit, max_runs=limit):
                     inner = self._scan(run.text, depth + 1, None)
                     for key, n in inner.items():
                         family = key.removeprefix("injection:").removeprefix("encoded-")
@@ -230,6 +236,7 @@ class InjectionDetector:
                 kind = families.json_shape(node)
                 if kind is not None:
                     _add(counts, f"injection:{kind}")
+                    continue  # one shape is one finding: its parts (the call inside tool_calls) are not more
                 children: Any = node.values()
             elif isinstance(node, list):
                 children = node

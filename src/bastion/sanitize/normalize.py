@@ -4,17 +4,18 @@
 These views are only ever scanned, never returned to a client: they are lossy on purpose (case, accents, script
 and word boundaries are thrown away) so that one pattern covers the ways an instruction can be written.
 
-- **fold** (``str``): NFKC (full-width forms, mathematical and circled letters, ligatures), then homoglyphs and
-  accented Latin letters folded to ASCII in every word that mixes them with Latin or consists only of them (so
-  ``іgnоrе`` with Cyrillic ``і``/``о``/``е`` reads ``ignore``, while Russian prose stays Russian), format and
-  combining characters dropped, lower-cased. Structural families (role markers, template tokens, tool-call
-  markup, JSON-RPC) and punctuation-bearing phrases are matched here.
+- **fold** (``str``, pure ASCII): NFKC (full-width forms, mathematical and circled letters and ligatures become
+  ASCII), accented Latin letters mapped to their base letter, lookalike letters of other scripts mapped to Latin (so
+  ``іgnоrе`` with Cyrillic ``і``/``о``/``е`` reads ``ignore``), every remaining non-ASCII character dropped
+  (accents, format characters, other scripts, emoji), lower-cased. Structural families (role markers, template
+  tokens, tool-call markup, JSON-RPC) and punctuation-bearing phrases are matched here.
 - **squash** (``bytes``): the fold view with leetspeak folded (``1gn0r3`` → ``ignore``; ``l``, ``1``, ``|`` and
   ``!`` all become ``i``) and everything that is not a letter removed, so spacing, punctuation and line breaks
   between letters (``i g n o r e``, ``i.g.n.o.r.e``, ``ig-nore``) disappear. Directive phrases are matched here.
 
 Cost: for ASCII text the fold view is ``str.lower()`` and the squash view one ``bytes.translate``, both C loops.
-Non-ASCII text adds an NFKC quick check and one regex pass over the words that carry foldable characters.
+Non-ASCII text adds an NFKC quick check, one character-class scan, one ``str.replace`` per distinct foldable
+character that occurs, and an ASCII encode: C loops too.
 
 ``mapped_fold``/``mapped_squash`` build the same views character by character with a map back to the original
 offsets. They are the slow path, used only to place ``neutralise`` rewrites after a hit.
@@ -24,11 +25,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
 from types import MappingProxyType
 
-# Lookalikes that NFKC leaves alone. Cyrillic, Greek, Armenian, Cherokee, IPA and small capitals, plus colon
-# lookalikes (a role marker is a word and a colon).
+# Lookalikes that NFKC leaves alone: Cyrillic, Greek, Armenian, Cherokee, IPA and small capitals, letters that
+# do not decompose (ø, ł, ß), and colon lookalikes (a role marker is a word and a colon).
 _LOOKALIKES = {
     "а": "a", "в": "b", "е": "e", "ё": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "ѕ": "s", "і": "i",
     "ї": "i", "ј": "j", "ԁ": "d", "һ": "h", "ӏ": "l", "ԛ": "q", "ԝ": "w", "к": "k", "м": "m", "т": "t", "п": "n",
@@ -44,49 +44,40 @@ _LOOKALIKES = {
     "ᴅ": "d", "ᴇ": "e", "ɢ": "g", "ʜ": "h", "ᴊ": "j", "ᴋ": "k", "ʟ": "l", "ᴍ": "m", "ɴ": "n", "ᴏ": "o", "ᴘ": "p",
     "ꜱ": "s", "ᴛ": "t", "ᴜ": "u", "ᴠ": "v", "ᴡ": "w", "ᴢ": "z", "ǀ": "l", "ø": "o", "ð": "d", "þ": "p", "ł": "l",
     "đ": "d", "ħ": "h", "ŧ": "t", "ß": "ss", "æ": "ae", "œ": "oe", "Ø": "o", "Ł": "l", "Đ": "d", "Æ": "ae",
-    "ː": ":", "∶": ":", "꞉": ":", "։": ":", "˸": ":",
+    "ː": ":", "∶": ":", "꞉": ":", "։": ":", "˸": ":", "Ɩ": "l", "ꓲ": "i", "ǃ": "!",
 }
 
 
-def _build_fold() -> Mapping[int, str]:
-    table: dict[int, str] = {}
-    # Accented Latin letters (Latin-1 Supplement, Extended-A/B, Extended Additional) to their base letter.
+
+
+def _build_fold() -> dict[str, str]:
+    table: dict[str, str] = {}
+    # Accented Latin letters that NFKC keeps precomposed (Latin-1 Supplement, Extended-A/B, Extended Additional).
     for cp in (*range(0xC0, 0x250), *range(0x1E00, 0x1F00)):
         base = unicodedata.normalize("NFKD", chr(cp))[:1]
         if base.isascii() and base.isalpha():
-            table[cp] = base.lower()
-    for char, ascii_ in _LOOKALIKES.items():
-        table[ord(char)] = ascii_
-    return MappingProxyType(table)
+            table[chr(cp)] = base
+    table.update(_LOOKALIKES)
+    return table
 
 
-FOLD: Mapping[int, str] = _build_fold()
-_FOLD_CLASS = "".join(sorted(re.escape(chr(cp)) for cp in FOLD))
-# Dropped inside a word: combining marks (stacked diacritics) and format characters clean_text may have kept.
-_MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f\u200c\u200d"
-_ANY_FOLDABLE = re.compile(f"[{_FOLD_CLASS}{_MARKS}]")
-# A word made only of ASCII letters/digits, foldable characters and marks, with at least one of the latter.
-# Whole words only: a word of Russian or Greek prose holds letters outside the table and is left as it is.
-_FOLD_WORD = re.compile(f"(?<!\\w)[A-Za-z0-9_{_FOLD_CLASS}{_MARKS}]*[{_FOLD_CLASS}{_MARKS}]"
-                        f"[A-Za-z0-9_{_FOLD_CLASS}{_MARKS}]*(?!\\w)")
-_MARK_TABLE = {cp: None for lo, hi in ((0x300, 0x36F), (0x1AB0, 0x1AFF), (0x1DC0, 0x1DFF), (0x20D0, 0x20FF),
-                                       (0xFE20, 0xFE2F), (0x200C, 0x200D)) for cp in range(lo, hi + 1)}
-_WORD_TABLE: Mapping[int, str | None] = MappingProxyType({**_MARK_TABLE, **FOLD})
-
-
-def _fold_word(m: re.Match[str]) -> str:
-    return m.group().translate(_WORD_TABLE)
+_FOLD = MappingProxyType(_build_fold())
+_FOLDABLE = re.compile("[" + "".join(sorted(re.escape(c) for c in _FOLD)) + "]")
 
 
 def fold(text: str) -> str:
-    """The fold view (see the module docstring)."""
+    """The fold view (see the module docstring): pure ASCII, lower-case."""
     if text.isascii():
         return text.lower()
+    # NFKC turns compatibility forms (full-width, mathematical, circled, ligatures) into ASCII and composes
+    # letter + combining accent; accented letters and lookalikes are then mapped, one str.replace per distinct
+    # character present; every other non-ASCII character (stray marks, other scripts, emoji) is dropped. All C
+    # loops: no per-character Python.
     if not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text)
-    if _ANY_FOLDABLE.search(text) is not None:
-        text = _FOLD_WORD.sub(_fold_word, text)
-    return text.lower()
+    for char in set(_FOLDABLE.findall(text)):
+        text = text.replace(char, _FOLD[char])
+    return text.encode("ascii", "ignore").decode("ascii").lower()
 
 
 # Leetspeak and the i/l/1 confusion: both sides of every squash pattern are written in this alphabet.
@@ -122,15 +113,11 @@ def skeleton(phrase: str) -> str:
 def _fold_char(char: str) -> str:
     if char.isascii():
         return char.lower()
-    norm = unicodedata.normalize("NFKC", char)
     out = []
-    for c in norm:
+    for c in unicodedata.normalize("NFKC", char):
+        c = _FOLD.get(c, c)
         if c.isascii():
             out.append(c.lower())
-        else:
-            mapped = _WORD_TABLE.get(ord(c), c)
-            if mapped:
-                out.append(mapped.lower())
     return "".join(out)
 
 
@@ -177,29 +164,32 @@ def collapse(folded: str, index: list[int] | None = None) -> tuple[str, list[int
     With ``index`` (a map from ``folded`` to the original text), the map of the result is returned too.
     """
     parts: list[str] = []
-    where: list[range | list[int]] = []
+    where: list[int] = []
     pos = 0
     joined = False
     for m in _SPACED.finditer(folded):
-        gap = folded[pos:m.start()]
-        if joined and _GAP.fullmatch(gap):
+        start, end = m.span()
+        if joined and _GAP.fullmatch(folded, pos, start):
             parts.append(" ")
-            where.append([m.start() - 1])
+            if index is not None:
+                where.append(start - 1)
         else:
-            parts.append(gap)
-            where.append(range(pos, m.start()))
+            parts.append(folded[pos:start])
+            if index is not None:
+                where.extend(range(pos, start))
         # Within a run the most common separator splits letters; any other one ("Y/o/u a/r/e") splits words.
         run = m.group()
         seps = [c for c in run if not c.isalnum()]
         inner = max(set(seps), key=seps.count)
-        kept = [k for k in range(m.start(), m.end()) if folded[k] != inner]
-        parts.append("".join(c if c.isalnum() else " " for c in (folded[k] for k in kept)))
-        where.append(kept)
-        pos = m.end()
+        parts.append("".join(c if c.isalnum() else " " for c in run if c != inner))
+        if index is not None:
+            where.extend(k for k in range(start, end) if folded[k] != inner)
+        pos = end
         joined = True
     if not joined:
         return folded, index
     parts.append(folded[pos:])
-    where.append(range(pos, len(folded)))
-    mapped = [index[k] for span in where for k in span] if index is not None else None
-    return "".join(parts), mapped
+    if index is None:
+        return "".join(parts), None
+    where.extend(range(pos, len(folded)))
+    return "".join(parts), [index[k] for k in where]
