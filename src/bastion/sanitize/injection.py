@@ -29,6 +29,9 @@ INJECTION_ACTIONS: tuple[InjectionAction, ...] = ("flag", "neutralise", "block")
 
 # The scan bound per string (the default max_item_bytes is 2 MiB, so by default every item is scanned whole).
 MAX_SCAN_CHARS = 2 * 1024 * 1024
+# Neutralising maps detection views back to the text character by character: bounded to this much text.
+CHUNK_CHARS = 8192
+MAX_MAPPED_CHUNKS = 16
 # Parsed JSON text blocks: how much of the tree is looked at for tool-call and JSON-RPC shapes.
 MAX_JSON_NODES = 10_000
 MAX_JSON_DEPTH = 8
@@ -94,6 +97,21 @@ class _View:
                 kept.append(h)
                 last_end = h.end
         return kept
+
+
+def _chunks(text: str) -> list[tuple[int, int]]:
+    """Spans of whole lines, each at most ``CHUNK_CHARS`` long (a longer line is cut)."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + CHUNK_CHARS)
+        if end < len(text):
+            cut = text.rfind("\n", start, end)
+            if cut > start:
+                end = cut + 1
+        out.append((start, end))
+        start = end
+    return out
 
 
 def _add(counts: dict[str, int], key: str, n: int = 1) -> None:
@@ -198,8 +216,7 @@ class InjectionDetector:
             return text, NO_COUNTS
         if action != "neutralise":
             return text, counts
-        spans: list[tuple[int, int]] = []
-        self._scan(text[:MAX_SCAN_CHARS], 0, spans)
+        spans = self._spans(text[:MAX_SCAN_CHARS])
         if not spans:
             return text, counts
         spans.sort()
@@ -221,6 +238,35 @@ class InjectionDetector:
             pos = end
         parts.append(text[pos:])
         return "".join(parts), counts
+
+    def _spans(self, text: str) -> list[tuple[int, int]]:
+        """Where to rewrite: the slow, per-character mapped views, built only for the chunks that hit.
+
+        A chunk is a run of whole lines of at most ``CHUNK_CHARS``; at most ``MAX_MAPPED_CHUNKS`` are mapped, and a
+        hit chunk beyond that is rewritten whole, so a hostile text cannot make neutralising cost more than a
+        bounded amount of per-character Python. If no chunk hits on its own (a phrase across a chunk boundary),
+        the whole scanned text is mapped once within the same budget or rewritten whole.
+        """
+        chunks = _chunks(text)
+        spans: list[tuple[int, int]] = []
+        mapped = 0
+        for start, end in chunks:
+            chunk = text[start:end]
+            if not self._scan(chunk, 0, None):
+                continue
+            if mapped >= MAX_MAPPED_CHUNKS:
+                spans.append((start, end))
+                continue
+            mapped += 1
+            local: list[tuple[int, int]] = []
+            self._scan(chunk, 0, local)
+            spans.extend((start + a, start + b) for a, b in local)
+        if spans or not text:
+            return spans
+        if len(text) <= CHUNK_CHARS * MAX_MAPPED_CHUNKS:
+            self._scan(text, 0, spans)
+            return spans
+        return [(0, len(text))]
 
     def scan_json(self, value: Any) -> Mapping[str, int]:
         """Structural families in a parsed JSON text block, whose strings are scanned one by one and so never
