@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import re2
+
 from bastion.sanitize.normalize import skeleton
 
 
@@ -310,7 +312,9 @@ JSONRPC = r"\\?\"jsonrpc\\?\"\s*:\s*\\?\"2\.0"
 _STRONG_ROLES = frozenset({"system", "developer", "instruction", "instructions", "admin", "administrator",
                            "operator", "root", "sudo"})
 _STRONG_SUFFIX = frozenset({"message", "prompt", "instruction", "instructions", "note", "override"})
-_ROLE_RE = re.compile(ROLE_LINE)
+# RE2, not re: the optional parts around the colon are runs of the same blanks, which backtracking would make
+# quadratic on a line of many spaces.
+_ROLE_RE = re2.compile(ROLE_LINE)
 # An instruction aimed at the model: second person obligations, overrides, concealment, tool use.
 _AIMED = re.compile(
     r"\byou (?:must|will now|shall|are now|are required to|are instructed to|have to|need to|should now|may now|"
@@ -343,7 +347,7 @@ def role_turns(folded: str, starts: list[tuple[int, int]] | None = None, lenient
     transcript, as in a dataset sample or prompt file), or a user/assistant turn carrying such an instruction in
     a text that is not a transcript. ``lenient`` drops both exemptions (a superset, for prescans).
     """
-    marks = []
+    marks: list[Any] = []
     for i, m in enumerate(_ROLE_RE.finditer(folded)):
         if i >= MAX_CANDIDATES:
             break
