@@ -253,6 +253,9 @@ class Sanitizer:
                     except _TooDeep:
                         walked = parsed
                     else:
+                        # Strings are scanned one by one; the shape of the whole (a tool call, a JSON-RPC
+                        # message) only shows here.
+                        self.report.add(self.policy.detector.scan_json(parsed))
                         new = text if walked is parsed else _dumps_like(walked, text)
                         return self.rest(block, {**block, "text": self._limit_only(new)}, _TEXT_FIELDS)
         return self.rest(block, {**block, "text": self._budgeted(text)}, _TEXT_FIELDS)
