@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from loadgen import REPO, LoadSpec, Result, Target, free_port, machine_summary, run_load, running, stop, wait_ready
+from loadgen import REPO, McpSession, Result, cpu_seconds, free_port, machine_summary, running, stop, wait_ready
 
 RAISED = {"max_tools": 1_000_000, "max_definition_size": "64MiB", "max_schema_size": "64MiB",
           "max_list_size": "1GiB"}
@@ -59,15 +59,52 @@ def run(label: str, fast_url: str, huge: list[str] | None, args: argparse.Namesp
     try:
         wait_ready(f"http://127.0.0.1:{port}/readyz", proc, log, timeout=args.start_timeout)
         before = log.read_text(errors="replace").count("catalogue.published")
-        spec = LoadSpec(concurrency=args.concurrency, duration=args.duration, warmup=args.warmup)
-        result = asyncio.run(run_load(Target(url=f"http://127.0.0.1:{port}/mcp", tool="fast__echo", label=label,
-                                             pids={"gateway": proc.pid}), spec))
+        result = asyncio.run(measure(f"http://127.0.0.1:{port}/mcp", proc.pid, args))
         refreshes = log.read_text(errors="replace").count("catalogue.published") - before
         return Result(label=f"{label} ({refreshes} refreshes)", calls=result.calls, errors=result.errors,
                       elapsed=result.elapsed, latencies_ms=result.latencies_ms, cpu_s=result.cpu_s,
                       loadgen_cpu_s=result.loadgen_cpu_s, first_error=result.first_error)
     finally:
         stop(proc)
+
+
+async def measure(url: str, pid: int, args: argparse.Namespace) -> Result:
+    """Closed-loop calls to ``fast__echo``; every call *started* in the window counts, however long it takes.
+
+    (A stall is the point here: a call that waits out a whole refresh must be in the figures even when it
+    returns after the window closed, so the window waits for the calls in flight, up to ``--drain`` seconds;
+    one still pending then counts with the time it had waited.)
+    """
+    latencies: list[float] = []
+    errors = 0
+    sessions = [McpSession(url) for _ in range(args.concurrency)]
+    await asyncio.gather(*(s.open() for s in sessions))
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(args.warmup)
+    cpu0, start = cpu_seconds(pid), loop.time()
+    end = start + args.duration
+
+    async def worker(session: McpSession) -> None:
+        nonlocal errors
+        while loop.time() < end:
+            t0 = loop.time()
+            try:
+                failed = await asyncio.wait_for(session.call("fast__echo", {"text": "hi"}),
+                                                end + args.drain - t0)
+            except TimeoutError:
+                latencies.append((loop.time() - t0) * 1000)
+                errors += 1
+                return
+            latencies.append((loop.time() - t0) * 1000)
+            errors += failed is not None
+
+    await asyncio.gather(*(worker(s) for s in sessions))
+    elapsed = loop.time() - start
+    cpu = cpu_seconds(pid) - cpu0
+    for s in sessions:
+        await s.close()
+    return Result(label="", calls=len(latencies), errors=errors, elapsed=elapsed, latencies_ms=latencies,
+                  cpu_s={"gateway": cpu}, loadgen_cpu_s=0.0)
 
 
 def table(results: list[Result]) -> str:
@@ -88,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--drain", type=float, default=120.0, help="how long to wait for calls in flight")
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--src", type=Path, default=REPO / "src", help="the bastion source tree to run")
     parser.add_argument("--skip-quiet", action="store_true")
