@@ -147,7 +147,7 @@ def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, lim
     - input schema after those: invalid arguments never reach the upstream.
     - refresh gate last, right before the forward: a call whose upstream's definitions are being re-checked
       waits for the check, and one whose definition changed after the guards judged it is refused, so nothing
-      is forwarded on a definition that was not checked (nothing awaits between it and the forward).
+      is forwarded on a definition that was not checked (its verdict is the last step before the transport).
 
     After the forward: output schema first (nothing may trust output before it is validated), sanitize last
     (nothing after it can reintroduce what it removed).
