@@ -27,13 +27,20 @@ from starlette.routing import Route
 from bastion.audit.config import AuditConfig, build_audit_log
 from bastion.audit.hook import CallAuditor
 from bastion.audit.log import AuditLog
-from bastion.audit.record import AuthFailureReason, auth_failure_record, policy_reload_record, session_record
+from bastion.audit.record import (
+    AuthFailureReason,
+    auth_failure_record,
+    catalogue_limit_record,
+    policy_reload_record,
+    session_record,
+)
 from bastion.auth import build_authenticator, metadata_paths, protected_resource_metadata
 from bastion.auth.config import AuthConfig
 from bastion.errors import AuthenticationError
 from bastion.gateway import Gateway
 from bastion.metrics import Metrics
 from bastion.pinning import Pinning, PinningConfig, open_store
+from bastion.pinning.watch import PinWatcher, watch_store
 from bastion.pipeline import Pipeline, RequestGuard, ResponseGuard
 from bastion.policy import PolicySet, load_policies
 from bastion.policy.guard import PolicyAccess, PolicyGuard, PolicyHolder
@@ -43,6 +50,7 @@ from bastion.principal import Principal
 from bastion.quarantine import QuarantineGuard
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard
+from bastion.refresh_guard import RefreshGateGuard
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
 from bastion.sanitize.result import sanitize_error, sanitize_notification, sanitize_reply
@@ -137,7 +145,10 @@ def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, lim
     - policy next: unauthorised callers never touch Redis, the validators or the upstream.
     - rate limit after policy: only authorised attempts count, and it counts every one of them, so argument
       probing against the schema is limited too.
-    - input schema last before the forward: invalid arguments never reach the upstream.
+    - input schema after those: invalid arguments never reach the upstream.
+    - refresh gate last, right before the forward: a call whose upstream's definitions are being re-checked
+      waits for the check, and one whose definition changed after the guards judged it is refused, so nothing
+      is forwarded on a definition that was not checked (its verdict is the last step before the transport).
 
     After the forward: result shape first (a result that is not a CallToolResult cannot be validated or
     sanitized, and capping its content blocks bounds every step after it), then output schema (nothing may trust
@@ -147,7 +158,9 @@ def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, lim
     request_guards: list[RequestGuard] = [QuarantineGuard(lambda: gateway.view.quarantined)]
     if holder is not None:
         request_guards.append(PolicyGuard(holder))
-    request_guards += [RateLimitGuard(limiter, limits_cfg), InputSchemaGuard(lookup)]
+    request_guards += [RateLimitGuard(limiter, limits_cfg), InputSchemaGuard(lookup),
+                       RefreshGateGuard(lambda: gateway.pool.gate if gateway.pool is not None else None,
+                                        lambda: gateway.view, gateway.settings.catalogue.gate_timeout_s)]
     response_guards: list[ResponseGuard] = [ResultShapeGuard(sanitize_cfg),
                                             OutputSchemaGuard(lookup, validation_cfg.mode_for_tool),
                                             SanitizeGuard(sanitize_cfg)]
@@ -221,8 +234,12 @@ def create_app(settings: Settings) -> Starlette:
     gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics),
                                SanitizeDefinitions(sanitize_cfg, emit=audit_log.emit)])
     pinning_cfg: PinningConfig = settings.section("pinning")
+    pin_watcher: PinWatcher | None = None
     if pinning_cfg.enabled:
-        gateway.view_steps.append(PinTools(Pinning(open_store(pinning_cfg, redis_client), pinning_cfg), audit_log))
+        pin_store = open_store(pinning_cfg, redis_client)
+        gateway.view_steps.append(PinTools(Pinning(pin_store, pinning_cfg), audit_log))
+        # An admin's approval (CLI, another replica) applies at once: republish from the lists already fetched.
+        pin_watcher = watch_store(pin_store, lambda: gateway.pool.republish_soon() if gateway.pool else None)
     # Last: it audits what every step before it dropped or quarantined.
     gateway.view_steps.append(AuditCatalogueDrops(audit_log.emit))
 
@@ -233,7 +250,8 @@ def create_app(settings: Settings) -> Starlette:
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
     pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
                         refresh_interval_s=settings.catalogue.refresh_interval_s or None,
-                        on_event=gateway.upstream_event)
+                        on_event=gateway.upstream_event, limits=settings.catalogue.limits,
+                        on_limit=lambda drop: audit_log.emit(catalogue_limit_record(at=time.time(), drop=drop)))
     gateway.pool = pool
     metrics.declare_upstreams([m.upstream.name for m in members])
 
@@ -313,6 +331,8 @@ def create_app(settings: Settings) -> Starlette:
         tasks = []
         if watcher is not None:
             tasks.append(asyncio.create_task(watcher.run(), name="bastion-policy-watcher"))
+        if pin_watcher is not None:
+            tasks.append(asyncio.create_task(pin_watcher.run(), name="bastion-pin-watcher"))
         await pool.start()
         log.info("bastion.ready", path=settings.listen.path, upstreams=pool.health(),
                  tools=len(gateway.view.catalogue.tools))

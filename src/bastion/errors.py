@@ -38,6 +38,8 @@ UPSTREAM_TIMEOUT = -31003
 LIMITER_UNAVAILABLE = -31004
 AUDIT_UNAVAILABLE = -31005
 REQUEST_TOO_LARGE = -31006
+# A tool whose upstream's definitions are being re-checked after a change (refresh gate): retry shortly.
+CATALOGUE_CHANGING = -31010
 
 
 class BastionError(Exception):
@@ -190,6 +192,23 @@ class UpstreamTimeout(ProtocolError):
     def __init__(self, upstream: str, timeout_s: float) -> None:
         super().__init__(UPSTREAM_TIMEOUT, f"Upstream '{upstream}' did not answer within {timeout_s:g} s",
                          data={"upstream": upstream, "timeoutMs": int(timeout_s * 1000)})
+        self.upstream = upstream
+
+
+class CatalogueChanging(ProtocolError):
+    """A tool call met a definition change: its upstream's definitions are still being re-checked (after
+    ``timeout_s``), or the definition the call was checked against is no longer the one in force."""
+
+    def __init__(self, upstream: str, tool: str, *, timeout_s: float | None = None) -> None:
+        if timeout_s is not None:
+            message = (f"Tool definitions of upstream '{upstream}' changed and are still being checked after "
+                       f"{timeout_s:g} s; retry shortly")
+        else:
+            message = f"The definition of tool '{tool}' changed while the call was checked; list tools and retry"
+        data: dict[str, Any] = {"upstream": upstream, "tool": tool}
+        if timeout_s is not None:
+            data["timeoutMs"] = int(timeout_s * 1000)
+        super().__init__(CATALOGUE_CHANGING, message, data=data)
         self.upstream = upstream
 
 

@@ -146,8 +146,11 @@ class Gateway:
     async def rebuild(self, lists: Mapping[str, cat.UpstreamLists]) -> None:
         """Merge the upstreams' lists into a new view, swap it in, and announce what changed."""
         async with self._rebuild_lock:
-            merged = cat.build(lists.values(), separator=self.settings.catalogue.separator,
-                               on_collision=self.settings.catalogue.on_collision)
+            # In a worker thread: merging tens of thousands of tools is pure CPU, and the loop must keep serving
+            # other clients' calls meanwhile (the GIL hands it back every few milliseconds).
+            merged = await asyncio.to_thread(cat.build, list(lists.values()),
+                                             separator=self.settings.catalogue.separator,
+                                             on_collision=self.settings.catalogue.on_collision)
             view = View(catalogue=merged, instructions=self._instructions(),
                         upstream_instructions=self._upstream_instructions())
             for step in self.view_steps:

@@ -17,7 +17,9 @@ from typing import Any
 import structlog
 
 from bastion.catalogue import UpstreamLists
+from bastion.catalogue_limits import CatalogueLimits, LimitDrop, ListBudget, ListKind
 from bastion.errors import RequestError
+from bastion.refresh_gate import RefreshGate
 from bastion.upstream.base import Upstream
 
 log = structlog.get_logger("bastion.pool")
@@ -25,12 +27,15 @@ log = structlog.get_logger("bastion.pool")
 ChangeHandler = Callable[[Mapping[str, UpstreamLists]], Awaitable[None]]
 # Any other notification an upstream sends outside a request (resources/updated, ...): (upstream, method, params).
 EventHandler = Callable[[str, str, Mapping[str, Any]], Awaitable[None]]
+# Items a list fetch dropped under ``catalogue.limits`` (the app writes them to the audit log).
+LimitHandler = Callable[[LimitDrop], Awaitable[None]]
 
 _LIST_METHODS = (("tools", "tools/list", "tools"), ("prompts", "prompts/list", "prompts"),
                  ("resources", "resources/list", "resources"),
                  ("templates", "resources/templates/list", "resourceTemplates"))
 _CAPABILITY = {"tools": "tools", "prompts": "prompts", "resources": "resources", "templates": "resources"}
-_MAX_PAGES = 1000
+# A gated upstream whose refresh failed is tried again this soon (its tools stay gated meanwhile).
+_GATED_RETRY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +48,8 @@ class Member:
 class UpstreamPool:
     def __init__(self, members: Sequence[Member], on_change: ChangeHandler, *, debounce_s: float = 0.2,
                  retry_max_s: float = 30.0, refresh_interval_s: float | None = None,
-                 on_event: EventHandler | None = None) -> None:
+                 on_event: EventHandler | None = None, limits: CatalogueLimits | None = None,
+                 on_limit: LimitHandler | None = None) -> None:
         self._members = {m.upstream.name: m for m in members}
         self._order = [m.upstream.name for m in members]
         self._on_change = on_change
@@ -56,6 +62,14 @@ class UpstreamPool:
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._limits = limits or CatalogueLimits()
+        self._on_limit = on_limit
+        # Refresh gating (see refresh_gate): the gate generation each stored list was fetched at, and the lists
+        # the current view was built from, to tell a changed listing from a routine refresh.
+        self.gate = RefreshGate()
+        self._fetched_at: dict[str, int] = {}
+        self._published: dict[str, UpstreamLists] = {}
+        self._limit_seen: dict[str, frozenset[tuple[str, str, int]]] = {}
 
     @property
     def names(self) -> list[str]:
@@ -92,13 +106,14 @@ class UpstreamPool:
 
         async def on_notification(method: str, params: Mapping[str, Any]) -> None:
             if method.endswith("/list_changed"):
-                self.mark_dirty(name)
+                # Only a tools announcement gates calls: prompts and resources are not called through tools/call.
+                self.mark_dirty(name, gate=method == "notifications/tools/list_changed")
             elif self._on_event is not None:
                 await self._on_event(name, method, params)
 
         try:
             await member.upstream.start(on_notification)
-            lists = await self._fetch(member)
+            await self._load(name)
         except RequestError as exc:
             log.warning("upstream.unavailable", upstream=name, error=exc.message, detail=exc.log_detail)
             self._up[name] = False
@@ -107,7 +122,7 @@ class UpstreamPool:
             with contextlib.suppress(Exception):
                 await member.upstream.close()
             return False
-        self._lists[name] = lists
+        lists = self._lists[name]
         self._up[name] = True
         log.info("upstream.connected", upstream=name, tools=len(lists.tools), prompts=len(lists.prompts),
                  resources=len(lists.resources))
@@ -122,8 +137,15 @@ class UpstreamPool:
                 # _connect fetched its lists already; only the catalogue needs republishing.
                 self._wake.set()
 
-    def mark_dirty(self, name: str) -> None:
+    def mark_dirty(self, name: str, *, gate: bool = True) -> None:
+        """Re-fetch ``name``'s lists soon. With ``gate``, its tools are not called until the result is published."""
+        if gate:
+            self.gate.announce(name)
         self._dirty.add(name)
+        self._wake.set()
+
+    def republish_soon(self) -> None:
+        """Rebuild the view from the lists already fetched (a pin approval changed what is quarantined)."""
         self._wake.set()
 
     async def _refresher(self) -> None:
@@ -143,10 +165,14 @@ class UpstreamPool:
                 if member is None:
                     continue
                 try:
-                    self._lists[item] = await self._fetch(member)
+                    await self._load(item)
                     self._up[item] = True
                 except RequestError as exc:
                     log.warning("upstream.refresh_failed", upstream=item, error=exc.message, detail=exc.log_detail)
+                    if self.gate.is_closed(item):
+                        # Fail closed: the gated tools stay uncallable until a refresh succeeds; try again soon.
+                        self._dirty.add(item)
+                        asyncio.get_running_loop().call_later(_GATED_RETRY_S, self._wake.set)
             await self._publish()
 
     async def refresh_now(self) -> None:
@@ -154,41 +180,89 @@ class UpstreamPool:
         for name in self._order:
             if self._up[name]:
                 with contextlib.suppress(RequestError):
-                    self._lists[name] = await self._fetch(self._members[name])
+                    await self._load(name)
         await self._publish()
 
     async def _publish(self) -> None:
         ordered = {name: self._lists[name] for name in self._order if name in self._lists}
+        fetched_at = dict(self._fetched_at)
         try:
             await self._on_change(ordered)
         except Exception:
+            # The gates stay closed: calls must not reach definitions that were never checked.
             log.exception("catalogue.rebuild_failed")
+            return
+        self._published = ordered
+        opened = self.gate.published(fetched_at)
+        if opened:
+            log.info("catalogue.gate_opened", upstreams=opened)
+
+    async def _load(self, name: str) -> None:
+        """Fetch ``name``'s lists and store them; a tools listing that differs from the published one gates the
+        upstream's tools until the view built from it is published (a change nobody announced)."""
+        generation = self.gate.generation(name)
+        lists = await self._fetch(self._members[name])
+        published = self._published.get(name)
+        if published is not None and list(published.tools) != list(lists.tools):
+            if not self.gate.is_closed(name):
+                log.warning("catalogue.unannounced_change", upstream=name)
+            self.gate.hold(name)
+        self._lists[name] = lists
+        self._fetched_at[name] = generation
 
     async def _fetch(self, member: Member) -> UpstreamLists:
         info = member.upstream.info
         caps = info.capabilities if info is not None else {}
         found: dict[str, list[Mapping[str, Any]]] = {}
+        drops: list[LimitDrop] = []
         for attr, method, key in _LIST_METHODS:
             if _CAPABILITY[attr] not in caps:
                 found[attr] = []
                 continue
-            found[attr] = await self._paginate(member, method, key)
+            budget = ListBudget(member.upstream.name, _kind(attr), self._limits)
+            await self._paginate(member, method, key, budget)
+            found[attr] = budget.items
+            drops.extend(budget.drops())
+        await self._report_limits(member.upstream.name, drops)
         return UpstreamLists(name=member.upstream.name, prefix=member.prefix, tools=found["tools"],
                              prompts=found["prompts"], resources=found["resources"], templates=found["templates"])
 
-    async def _paginate(self, member: Member, method: str, key: str) -> list[Mapping[str, Any]]:
-        items: list[Mapping[str, Any]] = []
+    async def _paginate(self, member: Member, method: str, key: str, budget: ListBudget) -> None:
         cursor: Any = None
         seen: set[str] = set()
-        for _ in range(_MAX_PAGES):
+        while True:
             params = {"cursor": cursor} if cursor is not None else None
             result = await member.upstream.request(method, params, timeout=member.timeout_s)
             page = result.get(key)
-            if isinstance(page, list):
-                items.extend(item for item in page if isinstance(item, Mapping))
+            if not await budget.add_page(page if isinstance(page, list) else []):
+                return  # full: nothing on a further page could be kept
             cursor = result.get("nextCursor")
             # A hostile or buggy upstream that repeats a cursor must not loop the gateway forever.
             if cursor is None or not isinstance(cursor, str) or cursor in seen:
-                break
+                return
+            if not budget.pages_left:
+                budget.more_pages_refused()
+                return
             seen.add(cursor)
-        return items
+
+    async def _report_limits(self, upstream: str, drops: list[LimitDrop]) -> None:
+        """Warn and audit what the limits dropped, once per change: a periodic refresh that drops the same items
+        again is not news."""
+        signature = frozenset((d.list, d.limit, d.dropped) for d in drops)
+        if signature == self._limit_seen.get(upstream, frozenset()):
+            return
+        self._limit_seen[upstream] = signature
+        for drop in drops:
+            log.warning("catalogue.limit", upstream=upstream, list=drop.list, limit=drop.limit, bound=drop.bound,
+                        dropped=drop.dropped, names=list(drop.names))
+            if self._on_limit is not None:
+                try:
+                    await self._on_limit(drop)
+                except Exception:
+                    log.exception("catalogue.limit_report_failed", upstream=upstream)
+
+
+def _kind(attr: str) -> ListKind:
+    kinds: dict[str, ListKind] = {"tools": "tools", "prompts": "prompts", "resources": "resources",
+                                  "templates": "templates"}
+    return kinds[attr]

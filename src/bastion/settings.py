@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from bastion.catalogue_limits import CatalogueLimits
 from bastion.errors import ConfigError
 from bastion.server.state import StateConfig
 from bastion.units import parse_duration, parse_size
@@ -47,6 +48,9 @@ class CatalogueConfig:
     on_collision: Literal["first", "reject"] = "first"
     refresh_debounce_s: float = 0.2
     refresh_interval_s: float = 60.0
+    # How long a call waits for its upstream's changed definitions to be checked (refresh gate).
+    gate_timeout_s: float = 2.0
+    limits: CatalogueLimits = field(default_factory=CatalogueLimits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +159,8 @@ def _listen(data: Mapping[str, Any]) -> ListenConfig:
 
 
 def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
-    check_keys(data, {"page_size", "separator", "on_collision", "refresh_debounce", "refresh_interval"}, "catalogue")
+    check_keys(data, {"page_size", "separator", "on_collision", "refresh_debounce", "refresh_interval",
+                      "gate_timeout", "limits"}, "catalogue")
     on_collision = data.get("on_collision", "first")
     if on_collision not in ("first", "reject"):
         raise ConfigError("must be 'first' or 'reject'", path="catalogue.on_collision")
@@ -171,6 +176,8 @@ def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
                                           allow_zero=True),
         refresh_interval_s=parse_duration(data.get("refresh_interval", 60), "catalogue.refresh_interval",
                                           allow_zero=True),
+        gate_timeout_s=parse_duration(data.get("gate_timeout", 2.0), "catalogue.gate_timeout"),
+        limits=CatalogueLimits.from_mapping(data.get("limits"), "catalogue.limits"),
     )
 
 

@@ -7,6 +7,7 @@ anything a step already decided.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -229,16 +230,56 @@ class ValidationMetricsAdapter:
 
 
 class CompileSchemas:
-    """Compile every tool's schemas once per catalogue version; hostile or invalid schemas quarantine the tool."""
+    """Compile every tool's schemas once per catalogue version; hostile or invalid schemas quarantine the tool.
+
+    Two things keep a large or churning catalogue from stalling the event loop (every other client's calls wait
+    while it is blocked): compiled schemas are reused across versions and across tools with identical schemas
+    (keyed by their canonical JSON; the cache holds the current version's schemas only), so a refresh compiles
+    only what changed; and the loop is handed back every few milliseconds while compiling.
+    """
 
     def __init__(self, config: ValidationConfig, metrics: Metrics) -> None:
         self._config = config
         self._metrics = ValidationMetricsAdapter(metrics)
+        self._cache: dict[bytes, ToolValidators | str] = {}
 
     async def __call__(self, view: View, lists: Mapping[str, UpstreamLists]) -> View:
-        validators, rejected = compile_catalogue(view.catalogue.tools, self._config.limits, metrics=self._metrics)
+        validators: dict[str, ToolValidators] = {}
+        rejected: dict[str, str] = {}
+        cache: dict[bytes, ToolValidators | str] = {}
+        deadline = time.perf_counter() + _SLICE_S
+        for entry in view.catalogue.tools:
+            key = _schema_key(entry.upstream_definition)
+            outcome = None if key is None else cache.get(key, self._cache.get(key))
+            if outcome is None:
+                compiled, reasons = compile_catalogue([entry], self._config.limits, metrics=self._metrics)
+                outcome = compiled.get(entry.public_name) or reasons[entry.public_name]
+            elif isinstance(outcome, str):
+                self._metrics.quarantined(entry.upstream, entry.original_name)
+            if key is not None:
+                cache[key] = outcome
+            if isinstance(outcome, str):
+                rejected[entry.public_name] = outcome
+            else:
+                validators[entry.public_name] = outcome
+            if time.perf_counter() >= deadline:
+                await asyncio.sleep(0)
+                deadline = time.perf_counter() + _SLICE_S
+        self._cache = cache
         quarantined = {**view.quarantined, **{name: f"schema rejected: {why}" for name, why in rejected.items()}}
         return replace(view, quarantined=quarantined, derived={**view.derived, VALIDATORS: validators})
+
+
+_SLICE_S = 0.005
+
+
+def _schema_key(definition: Mapping[str, object]) -> bytes | None:
+    """What a tool's compiled validators depend on, as canonical JSON; None if it cannot be serialised."""
+    try:
+        return orjson.dumps([definition.get("inputSchema"), definition.get("outputSchema")],
+                            option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
 
 
 def validators_for(current: Callable[[], View]) -> Callable[[ToolEntry], ToolValidators | None]:

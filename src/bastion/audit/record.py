@@ -24,6 +24,7 @@ from typing import Any, Literal, cast
 import orjson
 
 from bastion.audit.trace import parse_traceparent
+from bastion.catalogue_limits import LimitDrop
 from bastion.errors import (
     AuditUnavailable,
     HttpError,
@@ -273,6 +274,16 @@ def pin_approve_record(*, at: float, upstream: str, tool: str, fingerprint: str,
                     traceparent=None)
     doc.update(upstream=_short(upstream), tool=_short(tool), fingerprint=_short(fingerprint),
                approved_by=_short_or_none(approved_by))
+    return doc
+
+
+def catalogue_limit_record(*, at: float, drop: LimitDrop) -> dict[str, Any]:
+    """``catalogue.limit``: items of an upstream's list dropped by one ``catalogue.limits`` bound (``dropped`` 0:
+    the listing was cut short by ``max_pages``); ``items`` names the first few."""
+    doc = _envelope("catalogue.limit", at, request_id=None, session=None, era=None, principal=None,
+                    client_info=None, traceparent=None)
+    doc.update(upstream=_short(drop.upstream), list=drop.list, limit=drop.limit, bound=drop.bound,
+               dropped=drop.dropped, items=[_short(name) for name in drop.names])
     return doc
 
 

@@ -85,6 +85,7 @@ class Pinning:
             return _Change(writes={tool: new}, pin=pin)
 
         old = (await self.store.update(upstream, plan)).pin
+        await self._announce(upstream)
         assert old.candidate is not None
         event = PinEvent("pin.approved", "approved", upstream, tool, old.candidate.fingerprint,
                          old_fingerprint=old.fingerprint, diff=tuple(diff_definitions(old.definition,
@@ -102,11 +103,20 @@ class Pinning:
             return _Change(writes={tool: rules.reject(pin, by=by, now=now)}, pin=pin)
 
         old = (await self.store.update(upstream, plan)).pin
+        await self._announce(upstream)
         assert old.candidate is not None
         event = PinEvent("pin.rejected", "rejected", upstream, tool, old.candidate.fingerprint,
                          old_fingerprint=old.fingerprint, by=by)
         log.warning(event.event, **{k: v for k, v in event.to_log().items() if k != "event"})
         return event
+
+    async def _announce(self, upstream: str) -> None:
+        """Running gateways apply a decision as soon as they hear of it; a lost announcement only delays it to
+        their next periodic refresh, so the decision (already stored) stands."""
+        try:
+            await self.store.announce(upstream)
+        except PinStoreUnavailable as exc:
+            log.warning("pin.announce_failed", upstream=upstream, detail=str(exc))
 
     async def list(self, upstream: str | None = None, *, status: PinStatus | None = None) -> list[PinnedTool]:
         """Pins sorted by upstream and tool, optionally of one upstream and one status."""

@@ -52,6 +52,9 @@ class PinStore(Protocol):
     async def update(self, upstream: str, plan: Callable[[Mapping[str, Pin]], W]) -> W:
         """Atomically read ``upstream``'s pins, call ``plan`` on them and store its ``writes``; return its result."""
 
+    async def announce(self, upstream: str) -> None:
+        """Tell running gateways that an admin changed ``upstream``'s pins (see ``bastion.pinning.watch``)."""
+
     async def close(self) -> None: ...
 
 
@@ -86,6 +89,10 @@ class FilePinStore:
         # The asyncio lock keeps this process's writers from piling up threads on the flock.
         async with self._lock:
             return await asyncio.to_thread(self._update, upstream, plan)
+
+    async def announce(self, upstream: str) -> None:
+        # Nothing to send: gateways watch the file itself, so the write is the announcement.
+        return None
 
     async def close(self) -> None:
         return None
@@ -154,6 +161,18 @@ class RedisPinStore:
 
     def key(self, upstream: str) -> str:
         return self._prefix + upstream
+
+    @property
+    def client(self) -> aioredis.Redis:
+        return self._client
+
+    @property
+    def channel(self) -> str:
+        """The pub/sub channel admin decisions are announced on (channels and keys are separate namespaces)."""
+        return self._prefix + "~changed"
+
+    async def announce(self, upstream: str) -> None:
+        await self._guard(self._client.publish(self.channel, upstream))
 
     async def load(self, upstream: str) -> dict[str, Pin]:
         key = self.key(upstream)

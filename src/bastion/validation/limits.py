@@ -48,6 +48,13 @@ _FLOAT_BYTES = 24
 
 def measure(value: Any, *, max_bytes: int, max_depth: int) -> Excess | None:
     """Return the first bound ``value`` crosses, or None when it fits."""
+    found = json_size(value, max_bytes=max_bytes, max_depth=max_depth)
+    return found if isinstance(found, Excess) else None
+
+
+def json_size(value: Any, *, max_bytes: int, max_depth: int) -> int | Excess:
+    """The approximate JSON size of ``value`` in bytes, or the first bound it crosses (at no more cost than the
+    bound itself)."""
     size = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
@@ -77,7 +84,7 @@ def measure(value: Any, *, max_bytes: int, max_depth: int) -> Excess | None:
             size += _FLOAT_BYTES
         if size > max_bytes:
             return Excess("bytes", max_bytes)
-    return None
+    return size
 
 
 def _string_bytes(text: str) -> int:
