@@ -43,6 +43,7 @@ from bastion.principal import Principal
 from bastion.quarantine import QuarantineGuard
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard
+from bastion.redisconn import RedisClients
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
 from bastion.sanitize.result import sanitize_error, sanitize_notification
@@ -170,8 +171,11 @@ def create_app(settings: Settings) -> Starlette:
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
                              limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
                              follow_redirects=False)
-    redis_client = aioredis.Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0) \
+    limits_cfg: RateLimitConfig = settings.section("rate_limits")
+    # Every Redis client comes from one factory, with the retry and health-check options its use needs.
+    redis_clients = RedisClients.open(settings.redis_url, limiter_timeout_s=limits_cfg.timeout_s) \
         if settings.redis_url else None
+    redis_client = redis_clients.shared if redis_clients is not None else None
     metrics = Metrics()
 
     audit_cfg: AuditConfig = settings.section("audit")
@@ -194,11 +198,9 @@ def create_app(settings: Settings) -> Starlette:
         MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions,
                            on_expired=session_expired)
     gateway = Gateway(settings, store=store, access=PolicyAccess(holder) if holder is not None else None)
-    limits_cfg: RateLimitConfig = settings.section("rate_limits")
     # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
     # be wrong for sessions or audit streams.
-    limiter_redis = aioredis.Redis.from_url(settings.redis_url, **limits_cfg.redis_client_kwargs()) \
-        if settings.redis_url else None
+    limiter_redis = redis_clients.limiter if redis_clients is not None else None
 
     def on_limiter_event(event: LimiterEvent, limit: str | None) -> None:
         if event in ("redis_unavailable", "redis_recovered"):
@@ -312,14 +314,12 @@ def create_app(settings: Settings) -> Starlette:
                 task.cancel()
             await pool.close()
             await limiter.aclose()
-            if limiter_redis is not None:
-                await limiter_redis.aclose()
             for closer in components.closers:
                 with contextlib.suppress(Exception):
                     await closer.close()
             await http.aclose()
-            if redis_client is not None:
-                await redis_client.aclose()
+            if redis_clients is not None:
+                await redis_clients.aclose()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.bastion = components

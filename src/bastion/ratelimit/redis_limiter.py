@@ -66,7 +66,7 @@ class _Health:
 
 
 class RedisLimiter(Limiter):
-    """``client`` should be built with ``RateLimitConfig.redis_client_kwargs()`` so sockets time out too."""
+    """``client`` should be built with ``RateLimitConfig.redis_client_kwargs()`` (timeouts, one retry)."""
 
     def __init__(self, client: Redis, *, key_prefix: str = "bastion:rl", failure_mode: FailureMode = "closed",
                  timeout_s: float = 0.05, lease_ttl_s: float = 30.0, on_event: EventHook | None = None) -> None:
