@@ -50,6 +50,7 @@ from bastion.sanitize.result import sanitize_error, sanitize_notification
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.redis_sessions import RedisSessionStore
+from bastion.server.session_fallback import FallbackSessionStore
 from bastion.server.sessions import MemorySessionStore, SessionData, SessionStore
 from bastion.server.state import StateSealer
 from bastion.settings import Settings
@@ -193,10 +194,17 @@ def create_app(settings: Settings) -> Starlette:
                                              principal=None, client_info=dict(data.client_info),
                                              protocol_version=data.protocol_version, reason="expired"))
 
-    store: SessionStore = RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s) \
+    # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
+    # server/session_fallback.py for the trade-off).
+    store: SessionStore = FallbackSessionStore(
+        RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s),
+        idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions,
+        on_event=metrics.session_fallback) \
         if redis_client is not None else \
         MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions,
                            on_expired=session_expired)
+    if redis_client is not None:
+        metrics.set_redis_up("sessions", True)  # until an outage says otherwise (the store starts optimistic)
     gateway = Gateway(settings, store=store, access=PolicyAccess(holder) if holder is not None else None)
     # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
     # be wrong for sessions or audit streams.
@@ -207,6 +215,8 @@ def create_app(settings: Settings) -> Starlette:
             metrics.set_limiter_redis_up(event == "redis_recovered")
 
     limiter = build_limiter(limits_cfg, limiter_redis, on_event=on_limiter_event)
+    if limiter_redis is not None:
+        metrics.set_limiter_redis_up(True)  # the limiter starts healthy; its events move the gauge from here
 
     validation_cfg: ValidationConfig = settings.section("validation")
     sanitize_cfg: SanitizeConfig = settings.section("sanitize")
@@ -318,6 +328,8 @@ def create_app(settings: Settings) -> Starlette:
                 with contextlib.suppress(Exception):
                     await closer.close()
             await http.aclose()
+            if isinstance(store, FallbackSessionStore):
+                await store.aclose()
             if redis_clients is not None:
                 await redis_clients.aclose()
 
