@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,8 @@ from bastion.errors import AuthenticationError
 from bastion.gateway import Gateway
 from bastion.metrics import Metrics
 from bastion.pinning import Pinning, PinningConfig, open_store
+from bastion.pinning.service import StoreState
+from bastion.pinning.store import PinStore, RedisPinStore
 from bastion.pipeline import Pipeline, RequestGuard, ResponseGuard
 from bastion.policy import PolicySet, load_policies
 from bastion.policy.guard import PolicyAccess, PolicyGuard, PolicyHolder
@@ -168,6 +170,44 @@ def _wire_sanitizer(gateway: Gateway, sanitize_cfg: SanitizeConfig) -> None:
     gateway.clean_error = clean_error
 
 
+# After a refresh that could not reach the pin store, that upstream is re-checked this soon (not at the next
+# periodic refresh, a minute later): tools hidden as unverifiable come back within seconds of the store answering.
+PIN_RECHECK_S = 2.0
+
+
+def _pin_recheck(gateway: Gateway, delay_s: float = PIN_RECHECK_S) -> Callable[[str], None]:
+    """Schedule one re-check per upstream at a time; each failed re-check schedules the next."""
+    scheduled: set[str] = set()
+
+    def recheck(upstream: str) -> None:
+        if upstream in scheduled or gateway.pool is None:
+            return
+        scheduled.add(upstream)
+
+        def fire() -> None:
+            scheduled.discard(upstream)
+            if gateway.pool is not None:
+                gateway.pool.mark_dirty(upstream)
+
+        asyncio.get_running_loop().call_later(delay_s, fire)
+
+    return recheck
+
+
+def _pin_store_metrics(metrics: Metrics, store: PinStore) -> Callable[[StoreState], None]:
+    redis_backed = isinstance(store, RedisPinStore)
+    if redis_backed:
+        metrics.set_redis_up("pins", True)
+
+    def on_store(state: StoreState) -> None:
+        if state != "ok":
+            metrics.pin_store_failed(state)
+        if redis_backed:
+            metrics.set_redis_up("pins", state == "ok")
+
+    return on_store
+
+
 def create_app(settings: Settings) -> Starlette:
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
                              limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
@@ -225,7 +265,9 @@ def create_app(settings: Settings) -> Starlette:
     gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics), SanitizeDefinitions(sanitize_cfg)])
     pinning_cfg: PinningConfig = settings.section("pinning")
     if pinning_cfg.enabled:
-        gateway.view_steps.append(PinTools(Pinning(open_store(pinning_cfg, redis_client), pinning_cfg), audit_log))
+        pin_store = open_store(pinning_cfg, redis_client)
+        pinning = Pinning(pin_store, pinning_cfg, on_store=_pin_store_metrics(metrics, pin_store))
+        gateway.view_steps.append(PinTools(pinning, audit_log, on_degraded=_pin_recheck(gateway)))
 
     _wire_sanitizer(gateway, sanitize_cfg)
     gateway.pipeline = Pipeline(request_guards, response_guards, auditor)
