@@ -187,6 +187,9 @@ def test_redis_killed_and_restarted_under_load(tmp_path: Path, redis_proc: Redis
         # gauges say Redis is down for sessions.
         assert "basic__echo" in tool_names(gw.url)
         assert metric(gw, 'bastion_redis_up{use="sessions"}') == 0
+        # Readiness reports Redis down but stays ready: every replica leaving the Service would be a total outage.
+        ready = httpx.get(gw.base + "/readyz", timeout=5)
+        assert (ready.status_code, ready.json()["checks"]["redis"]) == (200, False)
         time.sleep(OUTAGE_S / 2)
 
         redis_proc.start()  # same port, empty (no persistence)
@@ -224,9 +227,10 @@ def check_outcomes(outcomes: list[Outcome], killed: float, restarted: float, fai
     calls = [o for o in during if o.kind == "call"]
     # ... and the limiter applies its declared failure mode to every call.
     if failure_mode == "open":
-        assert all(o.ok for o in calls), sorted({o.code for o in calls if not o.ok})
+        assert all(o.ok for o in calls), sorted({(o.status, str(o.code)) for o in calls if not o.ok})
     else:
-        assert calls and all(o.code == LIMITER_UNAVAILABLE for o in calls), sorted({o.code for o in calls})
+        assert calls and all(o.code == LIMITER_UNAVAILABLE for o in calls), \
+            sorted({(o.ok, o.status, str(o.code)) for o in calls})
 
     # After the restart: not one refusal, from the first request on.
     failed_after = [o for o in after if not o.ok]

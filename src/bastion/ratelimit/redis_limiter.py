@@ -152,6 +152,9 @@ class RedisLimiter(Limiter):
             async with asyncio.timeout(self._timeout_s):
                 result = await call()
         except _UNREACHABLE as exc:
+            if isinstance(exc, TimeoutError) and not str(exc):
+                # asyncio's own timeout says nothing; the log line and the error detail should.
+                exc = TimeoutError(f"no answer within {self._timeout_s:g} s")
             self._health.down(exc)
             raise _Unreachable(f"{type(exc).__name__}: {exc}") from exc
         self._health.up()

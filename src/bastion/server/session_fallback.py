@@ -79,6 +79,8 @@ class FallbackSessionStore:
         self._outage_counts: dict[str, int] = {}
         self._sync: asyncio.Task[None] | None = None
         self._epoch: str | None = None
+        # Something awaits replay: a flag, so the per-request success path never scans the local copy.
+        self._dirty = False
 
     @property
     def available(self) -> bool:
@@ -160,6 +162,7 @@ class FallbackSessionStore:
                 raise
             if local.pending != "create":
                 self._deleted.add(session_id)  # Redis may hold it: delete it there once Redis answers
+                self._dirty = True
             self._event("deleted_local")
             return True
         self._up()
@@ -188,6 +191,7 @@ class FallbackSessionStore:
     def _remember(self, data: SessionData, pending: _Pending | None) -> None:
         self._deleted.discard(data.id)
         self._local[data.id] = _Local(data, self._clock(), pending)
+        self._dirty = self._dirty or pending is not None
         self._local.move_to_end(data.id)
         while len(self._local) > self._max:
             dropped_id, dropped = self._local.popitem(last=False)
@@ -223,6 +227,7 @@ class FallbackSessionStore:
         for local in fresh:
             if local.pending is None:
                 local.pending = "create"
+        self._dirty = True
         log.warning("session_store.reseeded", sessions=len(fresh),
                     detail="Redis lost its data (restart without persistence or flush); writing back the sessions "
                            "this replica has seen")
@@ -253,7 +258,7 @@ class FallbackSessionStore:
                      to_sync=self._pending_count(), **counts)
             self._down_since = None
             self._event("recovered")
-        if self._pending_count() and (self._sync is None or self._sync.done()):
+        if self._dirty and (self._sync is None or self._sync.done()):
             self._sync = asyncio.get_running_loop().create_task(self._replay(), name="bastion-session-replay")
 
     def _pending_count(self) -> int:
@@ -261,6 +266,7 @@ class FallbackSessionStore:
 
     async def _replay(self) -> None:
         """Write what changed here during the outage; stops at the first failure (the next success resumes)."""
+        self._dirty = False
         try:
             for session_id in list(self._deleted):
                 await self._inner.delete(session_id)
@@ -269,6 +275,7 @@ class FallbackSessionStore:
             for session_id in [sid for sid, local in self._local.items() if local.pending is not None]:
                 await self._write_back(session_id)
         except SessionStoreUnavailable as exc:
+            self._dirty = True
             self._down("replay", exc)
 
     async def _write_back(self, session_id: str) -> None:
