@@ -275,11 +275,13 @@ def check_audit(gw: GatewayProcess, redis_proc: RedisServer, outcomes: list[Outc
 
 def check_operator_view(gw: GatewayProcess, failure_mode: str) -> None:
     events = [e.get("event") for e in log_events(gw)]
-    # Each outage is logged once per use when it starts and once when it ends, not per request.
-    assert events.count("session_store.unavailable") == 1, events.count("session_store.unavailable")
-    assert events.count("session_store.recovered") == 1
-    assert events.count("ratelimit.redis_unavailable") == 1
-    assert events.count("ratelimit.redis_recovered") == 1
+    # An outage is logged per use when it starts and when it ends, not per request: a few lines for hundreds of
+    # requests. (On a CPU-starved machine a round trip over its bound counts as a brief outage of its own, hence
+    # "a few" rather than exactly one.)
+    for start, end in (("session_store.unavailable", "session_store.recovered"),
+                       ("ratelimit.redis_unavailable", "ratelimit.redis_recovered")):
+        assert 1 <= events.count(start) <= 5, (start, events.count(start))
+        assert events.count(end) == events.count(start), (end, events.count(end))
     assert "session_store.reseeded" in events  # the restarted Redis came back empty: sessions written back
     pin_failures = [e for e in log_events(gw) if e.get("event") == "pin.unavailable"]
     assert pin_failures and all(e["mode"] == "static" and e["quarantined"] == 0 for e in pin_failures)
@@ -291,3 +293,29 @@ def check_operator_view(gw: GatewayProcess, failure_mode: str) -> None:
     assert metric(gw, 'bastion_pin_store_failures_total{mode="static"}') > 0
     assert metric(gw, 'bastion_pin_store_failures_total{mode="closed"}') == 0
     assert metric(gw, 'bastion_audit_sink_failures_total{sink="redis:bastion:audit"}') > 0
+
+
+def test_redis_down_at_start_then_up_restores_pinned_tools_within_seconds(tmp_path: Path) -> None:
+    """Nothing was ever verified (fail closed): the tools are hidden, and come back within seconds of Redis
+    answering, through the pin re-check, not at the next periodic refresh a minute later."""
+    redis_proc = RedisServer()  # its port is reserved, nothing listens yet
+    config = {**gateway_config(redis_proc.url, "open"), "catalogue": {"refresh_interval": "60s"}}
+    gw = GatewayProcess(config, tmp_path).start()
+    try:
+        # Sessions open (kept on this replica) and lists answer at once; the unverified tools are hidden.
+        started = time.monotonic()
+        assert "basic__echo" not in tool_names(gw.url)
+        assert time.monotonic() - started < DEADLINE_S / 2
+        closed = [e for e in log_events(gw) if e.get("event") == "pin.unavailable"]
+        assert closed and closed[0]["mode"] == "closed"
+
+        redis_proc.start()
+        back = time.monotonic()
+        while "basic__echo" not in tool_names(gw.url):
+            assert time.monotonic() - back < 10, "tools still hidden 10 s after Redis came up"
+            time.sleep(0.2)
+        print(f"\n[redis faults] tools restored {(time.monotonic() - back) * 1000:.0f} ms after Redis came up")
+        assert metric(gw, 'bastion_redis_up{use="pins"}') == 1
+    finally:
+        gw.stop()
+        redis_proc.stop()

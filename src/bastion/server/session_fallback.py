@@ -79,6 +79,7 @@ class FallbackSessionStore:
         self._outage_counts: dict[str, int] = {}
         self._sync: asyncio.Task[None] | None = None
         self._epoch: str | None = None
+        self._reseeds = 0  # how many times Redis was found to have lost its data
         # Something awaits replay: a flag, so the per-request success path never scans the local copy.
         self._dirty = False
 
@@ -88,6 +89,7 @@ class FallbackSessionStore:
         return self._down_since is None
 
     async def get(self, session_id: str) -> SessionData | None:
+        reseeds = self._reseeds
         try:
             data = await self._inner.get(session_id)
         except SessionStoreUnavailable as exc:
@@ -112,19 +114,22 @@ class FallbackSessionStore:
             self._remember(data, None)
             await self._learn_epoch()
             return data
-        local = self._local.get(session_id)
-        if local is not None and local.pending is None and self._fresh(session_id) is not None \
-                and await self._redis_lost_data():
+        local = self._fresh(session_id)
+        if local is None:
+            return None
+        if local.pending != "create" and reseeds == self._reseeds and await self._redis_lost_data():
             self._reseed()
-        if local is not None and local.pending == "create" and self._fresh(session_id) is not None:
-            # Created here during the outage and not written back yet: Redis never had it, so its absence there
-            # says nothing. Write it now rather than end a session the client was just given.
-            try:
-                await self._write_back(session_id)
-            except SessionStoreUnavailable as exc:
-                self._down("create", exc)
+        if local.pending == "create" or reseeds != self._reseeds:
+            # Redis never had this session (created here during the outage) or lost it (a reseed happened since
+            # this lookup started, possibly already writing it back): this replica's copy stands.
+            if local.pending == "create":
+                try:
+                    await self._write_back(session_id)
+                except SessionStoreUnavailable as exc:
+                    self._down("create", exc)
+            local.seen = self._clock()
             return local.data
-        self._local.pop(session_id, None)
+        self._local.pop(session_id, None)  # Redis kept its data: the session was deleted or expired elsewhere
         return None
 
     async def create(self, data: SessionData) -> None:
@@ -225,8 +230,8 @@ class FallbackSessionStore:
         now = self._clock()
         fresh = [local for local in self._local.values() if now - local.seen <= self._idle]
         for local in fresh:
-            if local.pending is None:
-                local.pending = "create"
+            local.pending = "create"  # an update would be a no-op on the missing key (SET XX)
+        self._reseeds += 1
         self._dirty = True
         log.warning("session_store.reseeded", sessions=len(fresh),
                     detail="Redis lost its data (restart without persistence or flush); writing back the sessions "
