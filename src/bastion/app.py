@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,8 @@ from bastion.errors import AuthenticationError
 from bastion.gateway import Gateway
 from bastion.metrics import Metrics
 from bastion.pinning import Pinning, PinningConfig, open_store
+from bastion.pinning.service import StoreState
+from bastion.pinning.store import PinStore, RedisPinStore
 from bastion.pinning.watch import PinWatcher, watch_store
 from bastion.pipeline import Pipeline, RequestGuard, ResponseGuard
 from bastion.policy import PolicySet, load_policies
@@ -50,6 +52,7 @@ from bastion.principal import Principal
 from bastion.quarantine import QuarantineGuard
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard
+from bastion.redisconn import RedisClients
 from bastion.refresh_guard import RefreshGateGuard
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
@@ -58,6 +61,7 @@ from bastion.sanitize.shape import ResultShapeGuard
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.redis_sessions import RedisSessionStore
+from bastion.server.session_fallback import FallbackSessionStore
 from bastion.server.sessions import MemorySessionStore, SessionData, SessionStore
 from bastion.server.state import StateSealer
 from bastion.settings import Settings
@@ -187,12 +191,53 @@ def _wire_sanitizer(gateway: Gateway, sanitize_cfg: SanitizeConfig) -> None:
     gateway.clean_result = clean_result
 
 
+# After a refresh that could not reach the pin store, that upstream is re-checked this soon (not at the next
+# periodic refresh, a minute later): tools hidden as unverifiable come back within seconds of the store answering.
+PIN_RECHECK_S = 2.0
+
+
+def _pin_recheck(gateway: Gateway, delay_s: float = PIN_RECHECK_S) -> Callable[[str], None]:
+    """Schedule one re-check per upstream at a time; each failed re-check schedules the next."""
+    scheduled: set[str] = set()
+
+    def recheck(upstream: str) -> None:
+        if upstream in scheduled or gateway.pool is None:
+            return
+        scheduled.add(upstream)
+
+        def fire() -> None:
+            scheduled.discard(upstream)
+            if gateway.pool is not None:
+                gateway.pool.mark_dirty(upstream)
+
+        asyncio.get_running_loop().call_later(delay_s, fire)
+
+    return recheck
+
+
+def _pin_store_metrics(metrics: Metrics, store: PinStore) -> Callable[[StoreState], None]:
+    redis_backed = isinstance(store, RedisPinStore)
+    if redis_backed:
+        metrics.set_redis_up("pins", True)
+
+    def on_store(state: StoreState) -> None:
+        if state != "ok":
+            metrics.pin_store_failed(state)
+        if redis_backed:
+            metrics.set_redis_up("pins", state == "ok")
+
+    return on_store
+
+
 def create_app(settings: Settings) -> Starlette:
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
                              limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
                              follow_redirects=False)
-    redis_client = aioredis.Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0) \
+    limits_cfg: RateLimitConfig = settings.section("rate_limits")
+    # Every Redis client comes from one factory, with the retry and health-check options its use needs.
+    redis_clients = RedisClients.open(settings.redis_url, limiter_timeout_s=limits_cfg.timeout_s) \
         if settings.redis_url else None
+    redis_client = redis_clients.shared if redis_clients is not None else None
     metrics = Metrics()
 
     audit_cfg: AuditConfig = settings.section("audit")
@@ -210,22 +255,29 @@ def create_app(settings: Settings) -> Starlette:
                                              principal=None, client_info=dict(data.client_info),
                                              protocol_version=data.protocol_version, reason="expired"))
 
-    store: SessionStore = RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s) \
+    # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
+    # server/session_fallback.py for the trade-off).
+    store: SessionStore = FallbackSessionStore(
+        RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s),
+        idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions,
+        on_event=metrics.session_fallback) \
         if redis_client is not None else \
         MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions,
                            on_expired=session_expired)
+    if redis_client is not None:
+        metrics.set_redis_up("sessions", True)  # until an outage says otherwise (the store starts optimistic)
     gateway = Gateway(settings, store=store, access=PolicyAccess(holder) if holder is not None else None)
-    limits_cfg: RateLimitConfig = settings.section("rate_limits")
     # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
     # be wrong for sessions or audit streams.
-    limiter_redis = aioredis.Redis.from_url(settings.redis_url, **limits_cfg.redis_client_kwargs()) \
-        if settings.redis_url else None
+    limiter_redis = redis_clients.limiter if redis_clients is not None else None
 
     def on_limiter_event(event: LimiterEvent, limit: str | None) -> None:
         if event in ("redis_unavailable", "redis_recovered"):
             metrics.set_limiter_redis_up(event == "redis_recovered")
 
     limiter = build_limiter(limits_cfg, limiter_redis, on_event=on_limiter_event)
+    if limiter_redis is not None:
+        metrics.set_limiter_redis_up(True)  # the limiter starts healthy; its events move the gauge from here
 
     validation_cfg: ValidationConfig = settings.section("validation")
     sanitize_cfg: SanitizeConfig = settings.section("sanitize")
@@ -237,7 +289,8 @@ def create_app(settings: Settings) -> Starlette:
     pin_watcher: PinWatcher | None = None
     if pinning_cfg.enabled:
         pin_store = open_store(pinning_cfg, redis_client)
-        gateway.view_steps.append(PinTools(Pinning(pin_store, pinning_cfg), audit_log))
+        pinning = Pinning(pin_store, pinning_cfg, on_store=_pin_store_metrics(metrics, pin_store))
+        gateway.view_steps.append(PinTools(pinning, audit_log, on_degraded=_pin_recheck(gateway)))
         # An admin's approval (CLI, another replica) applies at once: republish from the lists already fetched.
         pin_watcher = watch_store(pin_store, lambda: gateway.pool.republish_soon() if gateway.pool else None)
     # Last: it audits what every step before it dropped or quarantined.
@@ -296,13 +349,15 @@ def create_app(settings: Settings) -> Starlette:
             # The last good policy stays in force after a broken edit, so readiness holds; the status shows it.
             checks["policy"] = watcher.status
         if redis_client is not None:
+            # Reported, but not a reason to leave the Service: every Redis use has a declared behaviour while Redis
+            # is down (docs/operations.md, "Redis outages"), and with all replicas unready at once a Redis outage
+            # would become a total one.
             try:
                 async with asyncio.timeout(1.0):
                     await redis_client.ping()
                 checks["redis"] = True
             except (TimeoutError, RedisError, OSError):
                 checks["redis"] = False
-                ok = False
         return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks},
                             status_code=200 if ok else 503)
 
@@ -343,14 +398,14 @@ def create_app(settings: Settings) -> Starlette:
                 task.cancel()
             await pool.close()
             await limiter.aclose()
-            if limiter_redis is not None:
-                await limiter_redis.aclose()
             for closer in components.closers:
                 with contextlib.suppress(Exception):
                     await closer.close()
             await http.aclose()
-            if redis_client is not None:
-                await redis_client.aclose()
+            if isinstance(store, FallbackSessionStore):
+                await store.aclose()
+            if redis_clients is not None:
+                await redis_clients.aclose()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.bastion = components

@@ -79,11 +79,10 @@ async def _audit_pin_decision(args: argparse.Namespace, event: Any) -> None:
     import os
     import time
 
-    import redis.asyncio as aioredis
-
     from bastion import settings as settings_mod
     from bastion.audit.config import StdoutSinkConfig, build_audit_log
     from bastion.audit.record import pin_approve_record
+    from bastion.redisconn import ADMIN, open_client
 
     config = getattr(args, "config", None) or os.environ.get("BASTION_CONFIG")
     if event.event != "pin.approved" or not config:
@@ -93,7 +92,7 @@ async def _audit_pin_decision(args: argparse.Namespace, event: Any) -> None:
     sinks = tuple(s for s in audit_cfg.sinks if not isinstance(s, StdoutSinkConfig))
     if not sinks:
         return
-    client = aioredis.Redis.from_url(cfg.redis_url) if cfg.redis_url else None
+    client = open_client(cfg.redis_url, ADMIN) if cfg.redis_url else None
     audit = build_audit_log(replace(audit_cfg, sinks=sinks, required=False), client)
     try:
         await audit.emit(pin_approve_record(at=time.time(), upstream=event.upstream, tool=event.tool,
@@ -113,13 +112,12 @@ def _pin_store(args: argparse.Namespace) -> Any:
     config = getattr(args, "config", None) or os.environ.get("BASTION_CONFIG")
     if getattr(args, "pins_file", None) or getattr(args, "redis_url", None) or not config:
         return store_from_args(args)
-    import redis.asyncio as aioredis
-
     from bastion import settings as settings_mod
     from bastion.pinning import open_store
+    from bastion.redisconn import ADMIN, open_client
 
     cfg = settings_mod.load(config)
-    client = aioredis.Redis.from_url(cfg.redis_url) if cfg.redis_url else None
+    client = open_client(cfg.redis_url, ADMIN) if cfg.redis_url else None
     return open_store(cfg.section("pinning"), client)
 
 

@@ -82,6 +82,16 @@ class Metrics:
             ["upstream", "reason"], registry=r)
         self.limiter_redis_up = Gauge("bastion_limiter_redis_up", "1 when the rate limiter's Redis answers.",
                                       registry=r)
+        self.redis_up = Gauge("bastion_redis_up", "1 when Redis answers this use (sessions|limiter|pins).", ["use"],
+                              registry=r)
+        self.session_fallbacks = Counter("bastion_session_store_fallbacks",
+                                         "Session operations decided locally because Redis was down, and their "
+                                         "later replay (event: served_local|refused|created_local|updated_local|"
+                                         "deleted_local|synced).", ["event"], registry=r)
+        self.pin_store_failures = Counter("bastion_pin_store_failures",
+                                          "Catalogue refreshes that could not reach the pin store (mode: static = "
+                                          "last verified pins kept, closed = nothing verified yet, tools hidden).",
+                                          ["mode"], registry=r)
 
     def observe_call(self, *, tool: str, upstream: str | None, decision: str, stage: str,
                      total_s: float, upstream_s: float | None) -> None:
@@ -138,6 +148,20 @@ class Metrics:
 
     def set_limiter_redis_up(self, up: bool) -> None:
         self.limiter_redis_up.set(1 if up else 0)
+        self.redis_up.labels(use="limiter").set(1 if up else 0)
+
+    def set_redis_up(self, use: Literal["sessions", "limiter", "pins"], up: bool) -> None:
+        self.redis_up.labels(use=use).set(1 if up else 0)
+
+    def session_fallback(self, event: str) -> None:
+        """A ``FallbackSessionStore`` event; the outage edges (``unavailable``/``recovered``) drive the gauge."""
+        if event in ("unavailable", "recovered"):
+            self.set_redis_up("sessions", event == "recovered")
+        else:
+            self.session_fallbacks.labels(event=self._cap("event", event)).inc()
+
+    def pin_store_failed(self, mode: Literal["static", "closed"]) -> None:
+        self.pin_store_failures.labels(mode=mode).inc()
 
     def declare_upstreams(self, names: Sequence[str]) -> None:
         """Create the per-upstream series at start, so a never-connected upstream shows ``up 0`` not nothing."""

@@ -299,20 +299,26 @@ class PinTools:
     with ``list_changed`` or slipped into a routine refresh. Drift goes to the audit log.
     """
 
-    def __init__(self, pinning: Pinning, audit: AuditLog) -> None:
+    def __init__(self, pinning: Pinning, audit: AuditLog,
+                 on_degraded: Callable[[str], None] | None = None) -> None:
         self._pinning = pinning
         self._audit = audit
+        # Told the upstream whose pins could not be checked, so the core re-checks soon instead of at the next
+        # periodic refresh (a minute by default) after the store answers again.
+        self._on_degraded = on_degraded
 
     async def __call__(self, view: View, lists: Mapping[str, UpstreamLists]) -> View:
         quarantined = dict(view.quarantined)
         by_original = {(t.upstream, t.original_name): t.public_name for t in view.catalogue.tools}
         for name, up in lists.items():
             outcome = await self._pinning.reconcile(name, [dict(t) for t in up.tools])
+            if outcome.degraded and self._on_degraded is not None:
+                self._on_degraded(name)
             for tool in outcome.quarantined:
                 public = by_original.get((name, tool))
                 if public is not None:
                     quarantined[public] = "definition changed since it was pinned; awaiting approval" \
-                        if not outcome.degraded else "pin store unavailable"
+                        if not outcome.degraded else "pin store unavailable; definition not verified"
             # The pinning service logs every event itself; drift also belongs in the audit log.
             for event in outcome.events:
                 if event.event == "pin.drift":

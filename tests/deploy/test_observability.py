@@ -46,6 +46,8 @@ def exported_series() -> set[str]:
     metrics.audit_sink_failed("stdout")
     metrics.policy_denied("r")
     metrics.set_limiter_redis_up(True)
+    metrics.session_fallback("served_local")
+    metrics.pin_store_failed("static")
     body, _ = metrics.render()
     return {s.name for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
 

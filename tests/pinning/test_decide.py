@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bastion.pinning.decide import approve, decide, reject
+from bastion.pinning.decide import approve, decide, reject, unverified
 from bastion.pinning.fingerprint import fingerprint, pinned_view
 from bastion.pinning.model import BY_FIRST_USE, BY_TRUSTED_UPSTREAM, Pin
 from tests.pinning.tools import POISONED, list_dir, read_file
@@ -139,3 +139,16 @@ def test_pins_round_trip_through_json() -> None:
     pins = dict(decide(pinned(read_file()), [read_file(POISONED)], upstream="files", trusted=False, now=T1).writes)
     pin = replace(pins["read_file"], candidate=reject(pins["read_file"], by="bob", now=T1).candidate)
     assert Pin.from_json("read_file", pin.to_json()) == pin
+
+
+def test_unverified_keeps_only_tools_an_approved_pin_vouches_for() -> None:
+    """Fail static: with the store unreachable, the last verified pins decide alone and nothing is written."""
+    pins = pinned(read_file(), list_dir())
+    assert unverified(pins, [read_file(), list_dir()]) == frozenset()
+    assert unverified(pins, [read_file(POISONED), list_dir(), {"name": "grep"}]) == {"read_file", "grep"}
+    assert unverified(pins, [read_file(), read_file(POISONED)]) == {"read_file"}  # listed twice, differently
+    drifted = decide(pins, [read_file(POISONED)], upstream="files", trusted=False, now=T1).writes
+    # A tool awaiting approval stays hidden even when the upstream lists the approved definition again: only
+    # the store can record the restore.
+    assert unverified({**pins, **drifted}, [read_file()]) == {"read_file"}
+    assert unverified({}, [read_file()]) == {"read_file"}

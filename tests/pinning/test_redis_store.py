@@ -85,16 +85,25 @@ async def test_reject_on_one_replica_is_visible_to_the_other(replicas: tuple[Pin
     assert await a.diff("files", "read_file") == [f'description: "Reads a file" -> "{POISONED}"']
 
 
-async def test_redis_down_fails_closed_and_recovers(private_redis: RedisServer) -> None:
+async def test_redis_down_fails_static_and_recovers(private_redis: RedisServer) -> None:
     client = aioredis.Redis.from_url(private_redis.url)
-    pinning = Pinning(open_store(PinningConfig(), client), PinningConfig())
+    states: list[str] = []
+    pinning = Pinning(open_store(PinningConfig(), client), PinningConfig(), on_store=states.append)
     try:
         await pinning.reconcile("files", [read_file(), list_dir()])
         private_redis.kill()
+        # The last verified pins still vouch for unchanged tools: a healthy upstream stays callable.
         outcome = await pinning.reconcile("files", [read_file(), list_dir()])
         assert outcome.degraded
-        assert outcome.quarantined == {"read_file", "list_dir"}
+        assert outcome.quarantined == frozenset()
         assert outcome.events == ()
+        # What they cannot vouch for (a changed definition, a new tool) is hidden until the store answers.
+        changed = await pinning.reconcile("files", [read_file(POISONED), list_dir(), {"name": "new_tool"}])
+        assert (changed.degraded, changed.quarantined) == (True, frozenset({"read_file", "new_tool"}))
+        # An upstream whose pins were never read has nothing verified: all of it is hidden (fail closed).
+        other = await pinning.reconcile("other", [read_file()])
+        assert other.quarantined == {"read_file"}
+        assert states == ["ok", "static", "static", "closed"]
         with pytest.raises(PinStoreUnavailable, match="redis error"):
             await pinning.approve("files", "read_file", "alice")
         with pytest.raises(PinStoreUnavailable):

@@ -30,8 +30,9 @@ def test_full_section() -> None:
         RateLimitSpec(name="everyone", scope="global", rate=Rate(1000, 3600.0)),
     )
     assert cfg.concurrency == (ConcurrencySpec(name="inflight", scope="upstream", max=4),)
-    assert cfg.redis_client_kwargs() == {"socket_timeout": pytest.approx(0.05),
-                                         "socket_connect_timeout": pytest.approx(0.05)}
+    kwargs = cfg.redis_client_kwargs()
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (pytest.approx(0.05), pytest.approx(0.05))
+    assert kwargs["retry"].get_retries() == 1  # a stale pooled connection must not refuse a call
 
 
 def test_defaults_when_absent() -> None:

@@ -18,7 +18,6 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TextIO
 
-import redis.asyncio as aioredis
 import structlog
 
 from bastion.pinning.config import PinningConfig
@@ -27,6 +26,7 @@ from bastion.pinning.fingerprint import short
 from bastion.pinning.model import PinEvent
 from bastion.pinning.service import Pinning
 from bastion.pinning.store import DEFAULT_KEY_PREFIX, FilePinStore, PinStore, RedisPinStore
+from bastion.redisconn import ADMIN, open_client
 
 StoreFactory = Callable[[argparse.Namespace], PinStore]
 Command = Callable[[Pinning, argparse.Namespace, TextIO], Awaitable[int]]
@@ -42,7 +42,7 @@ class UsageError(Exception):
 def store_from_args(args: argparse.Namespace) -> PinStore:
     if getattr(args, "redis_url", None):
         try:
-            client = aioredis.Redis.from_url(args.redis_url)
+            client = open_client(args.redis_url, ADMIN)
         except ValueError as exc:
             raise UsageError(f"invalid --redis-url: {exc}") from None
         return RedisPinStore(client, key_prefix=args.redis_key_prefix, owns_client=True)

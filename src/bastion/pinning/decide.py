@@ -115,3 +115,20 @@ def reject(pin: Pin, *, by: str, now: str) -> Pin:
     """The candidate is marked rejected and the tool stays quarantined until the upstream changes it again."""
     assert pin.candidate is not None
     return replace(pin, candidate=replace(pin.candidate, rejected_by=by, rejected_at=now))
+
+
+def unverified(pins: Mapping[str, Pin], tools: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """The listed tools that ``pins`` do not vouch for: no approved pin with exactly this fingerprint (new,
+    changed, quarantined, or listed twice differently). Used when the store cannot be reached: only what was
+    verified before stays callable (fail static), and nothing is written or approved."""
+    fingerprints: dict[str, set[str]] = {}
+    for tool in tools:
+        name = tool.get("name")
+        if isinstance(name, str):
+            fingerprints.setdefault(name, set()).add(fingerprint(tool))
+    out = set()
+    for name, fps in fingerprints.items():
+        pin = pins.get(name)
+        if len(fps) > 1 or pin is None or pin.status != "approved" or pin.fingerprint not in fps:
+            out.add(name)
+    return frozenset(out)

@@ -1,7 +1,9 @@
 """Pinning as the gateway and the admin CLI use it: reconcile listings, approve, reject, list, diff.
 
-``reconcile`` never raises for a store failure: a tool whose pin cannot be checked is quarantined (fail closed),
-and the outcome says ``degraded`` so the core can refresh again soon.
+``reconcile`` never raises for a store failure. It fails static: a tool whose definition matches the approved pin
+last read from (or written to) the store stays callable, and only what cannot be verified against those pins (new or
+changed tools, or every tool of an upstream whose pins were never read) is quarantined. The outcome says
+``degraded`` so the core can refresh again soon.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import builtins
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -47,11 +49,21 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+StoreState = Literal["ok", "static", "closed"]
+
+
 class Pinning:
-    def __init__(self, store: PinStore, cfg: PinningConfig, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    """``on_store`` hears how each reconcile met the store: ``ok``, or unavailable with the last verified pins
+    kept (``static``) or none to keep (``closed``). Must not block or raise."""
+
+    def __init__(self, store: PinStore, cfg: PinningConfig, *, clock: Callable[[], datetime] = _utc_now,
+                 on_store: Callable[[StoreState], None] | None = None) -> None:
         self.store = store
         self.cfg = cfg
         self._clock = clock
+        self._on_store = on_store
+        # Per upstream, the pins as the store last held them after a reconcile: what fail-static trusts.
+        self._verified: dict[str, dict[str, Pin]] = {}
 
     def _now(self) -> str:
         return self._clock().astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -62,18 +74,44 @@ class Pinning:
             return PinOutcome(upstream=upstream, quarantined=frozenset())
         trusted = self.cfg.is_trusted(upstream)
         now = self._now()
+        read: dict[str, Pin] = {}
+
+        def plan(pins: Mapping[str, Pin]) -> rules.Reconciliation:
+            read.clear()
+            read.update(pins)
+            return rules.decide(pins, tools, upstream=upstream, trusted=trusted, now=now)
+
         try:
-            result = await self.store.update(
-                upstream, lambda pins: rules.decide(pins, tools, upstream=upstream, trusted=trusted, now=now))
+            result = await self.store.update(upstream, plan)
         except PinStoreUnavailable as exc:
-            names = frozenset(t["name"] for t in tools if isinstance(t.get("name"), str))
-            log.error("pin.unavailable", upstream=upstream, quarantined=len(names), detail=str(exc))
-            return PinOutcome(upstream=upstream, quarantined=names, degraded=True)
+            return self._fail_static(upstream, tools, exc)
+        self._verified[upstream] = {**read, **result.writes}
+        self._store_state("ok")
         for event in result.events:
             level = log.info if event.event == "pin.new" else log.warning
             level(event.event, **{k: v for k, v in event.to_log().items() if k != "event"})
         return PinOutcome(upstream=upstream, quarantined=result.quarantined, events=result.events,
                           decisions=result.decisions)
+
+    def _fail_static(self, upstream: str, tools: Sequence[Mapping[str, Any]],
+                     exc: PinStoreUnavailable) -> PinOutcome:
+        """The store is unreachable: keep serving what the last verified pins vouch for, hide the rest. Without
+        any verified pins for this upstream (the store was down since start), everything is hidden."""
+        listed = frozenset(t["name"] for t in tools if isinstance(t.get("name"), str))
+        last = self._verified.get(upstream)
+        quarantined = listed if last is None else rules.unverified(last, tools)
+        mode: StoreState = "closed" if last is None else "static"
+        log.error("pin.unavailable", upstream=upstream, mode=mode, served=len(listed - quarantined),
+                  quarantined=len(quarantined), detail=str(exc),
+                  behaviour="tools matching their last verified pin stay callable; new or changed tools are "
+                            "hidden until the pin store answers" if mode == "static" else
+                            "no verified pins yet for this upstream: its tools are hidden until the store answers")
+        self._store_state(mode)
+        return PinOutcome(upstream=upstream, quarantined=quarantined, degraded=True)
+
+    def _store_state(self, state: StoreState) -> None:
+        if self._on_store is not None:
+            self._on_store(state)
 
     async def approve(self, upstream: str, tool: str, by: str, *, fingerprint: str | None = None) -> PinEvent:
         """Approve the pending change. ``fingerprint``, when given, must be the candidate the admin reviewed."""

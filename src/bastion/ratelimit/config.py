@@ -10,6 +10,7 @@ from typing import Any
 from bastion.errors import ConfigError
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_concurrency, parse_limit
 from bastion.ratelimit.redis_limiter import FailureMode
+from bastion.redisconn import limiter_options
 from bastion.units import parse_duration
 
 _KEYS = frozenset({"failure_mode", "timeout", "key_prefix", "defaults", "concurrency", "lease_ttl"})
@@ -56,8 +57,9 @@ class RateLimitConfig:
                    concurrency=concurrency, lease_ttl_s=lease_ttl_s)
 
     def redis_client_kwargs(self) -> dict[str, Any]:
-        """Socket timeouts for the ``redis.asyncio.Redis`` the limiter is given, matching ``timeout``."""
-        return {"socket_timeout": self.timeout_s, "socket_connect_timeout": self.timeout_s}
+        """Options for the ``redis.asyncio.Redis`` the limiter is given: socket timeouts matching ``timeout``, and
+        the one immediate retry that keeps a stale pooled connection from refusing a call (see ``redisconn``)."""
+        return limiter_options(self.timeout_s).kwargs()
 
 
 def _list(value: Any, path: str) -> list[Any]:

@@ -66,7 +66,7 @@ class _Health:
 
 
 class RedisLimiter(Limiter):
-    """``client`` should be built with ``RateLimitConfig.redis_client_kwargs()`` so sockets time out too."""
+    """``client`` should be built with ``RateLimitConfig.redis_client_kwargs()`` (timeouts, one retry)."""
 
     def __init__(self, client: Redis, *, key_prefix: str = "bastion:rl", failure_mode: FailureMode = "closed",
                  timeout_s: float = 0.05, lease_ttl_s: float = 30.0, on_event: EventHook | None = None) -> None:
@@ -152,6 +152,9 @@ class RedisLimiter(Limiter):
             async with asyncio.timeout(self._timeout_s):
                 result = await call()
         except _UNREACHABLE as exc:
+            if isinstance(exc, TimeoutError) and not str(exc):
+                # asyncio's own timeout says nothing; the log line and the error detail should.
+                exc = TimeoutError(f"no answer within {self._timeout_s:g} s")
             self._health.down(exc)
             raise _Unreachable(f"{type(exc).__name__}: {exc}") from exc
         self._health.up()

@@ -7,11 +7,15 @@ compares it with the caller and answers a mismatch like an unknown id.
 
 Redis being down must not look like "no such session" (a client would then re-initialize in a loop against a
 store that cannot hold the new session either), so every Redis failure becomes a 503 the client can retry.
+Every operation is bounded by ``timeout_s``, so a frozen Redis costs a request at most that long. The gateway wraps
+this store in ``FallbackSessionStore``, which serves the sessions this replica has seen while Redis is down.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -46,23 +50,32 @@ class RedisSessionStore:
     """A ``SessionStore`` shared by every replica that uses the same Redis and key prefix."""
 
     def __init__(self, redis: aioredis.Redis, *, idle_timeout_s: float,
-                 key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+                 key_prefix: str = DEFAULT_KEY_PREFIX, timeout_s: float = 1.0) -> None:
         if idle_timeout_s <= 0:
             raise ValueError("idle_timeout_s must be positive")
         self._redis = redis
+        self._timeout_s = timeout_s
         # Millisecond TTLs, at least 1 ms: Redis rejects PX 0.
         self._ttl_ms = max(1, int(idle_timeout_s * 1000))
         self._prefix = key_prefix
+        # Not under the prefix: no session id can name it, and SCAN of the sessions does not count it.
+        self._epoch_key = key_prefix.rstrip(":") + "-epoch"
 
     def _key(self, session_id: str) -> str:
         return self._prefix + session_id
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
         try:
-            return await fn()
+            async with asyncio.timeout(self._timeout_s):
+                return await fn()
+        except TimeoutError:
+            # A frozen Redis: the socket timeout plus the client's retry could exceed the request's budget.
+            raise SessionStoreUnavailable(
+                log_detail=f"redis {op} did not answer within {self._timeout_s:g} s") from None
         except (RedisError, OSError) as exc:
             detail = f"redis {op} failed: {type(exc).__name__}: {exc}"
-            log.warning("session_store_unavailable", op=op, error=type(exc).__name__)
+            # Debug only: the fallback store logs each outage once, not every request that met it.
+            log.debug("session_store_unavailable", op=op, error=type(exc).__name__)
             raise SessionStoreUnavailable(log_detail=detail) from None
 
     async def create(self, data: SessionData) -> None:
@@ -74,7 +87,10 @@ class RedisSessionStore:
         created = await self._call("create", lambda: self._redis.set(self._key(data.id), payload, nx=True,
                                                                       px=self._ttl_ms))
         if not created:
-            raise HttpError(503, "Could not create a session; try again", log_detail="session id collision")
+            # The client retries a command whose connection died before the reply: the key may hold our own write.
+            existing = await self._call("create", lambda: self._redis.get(self._key(data.id)))
+            if existing != payload:
+                raise HttpError(503, "Could not create a session; try again", log_detail="session id collision")
 
     async def get(self, session_id: str) -> SessionData | None:
         if not _SESSION_ID.match(session_id):
@@ -103,6 +119,15 @@ class RedisSessionStore:
             return False
         removed = await self._call("delete", lambda: self._redis.delete(self._key(session_id)))
         return bool(removed)
+
+    async def epoch(self) -> str:
+        """A random marker this Redis keeps outside the session namespace, created on first use. It changes only
+        when Redis lost its data (a restart without persistence, a flush): the fallback store then knows that a
+        missing session was lost, not deleted."""
+        marker = secrets.token_hex(8)
+        # SET NX GET: the existing marker, or None when ours was just stored (Redis >= 7.0).
+        old = await self._call("epoch", lambda: self._redis.set(self._epoch_key, marker, nx=True, get=True))
+        return marker if old is None else old.decode() if isinstance(old, bytes) else str(old)
 
     async def count(self) -> int:
         """Live sessions across all replicas. O(keys in the database): meant for metrics and admin, not requests."""
