@@ -78,6 +78,9 @@ class Metrics:
                                       ["rule"], registry=r)
         self.limiter_redis_up = Gauge("bastion_limiter_redis_up", "1 when the rate limiter's Redis answers.",
                                       registry=r)
+        self.http_refusals = Counter("bastion_http_refusals",
+                                     "Requests the front door refused at the HTTP level, mostly before authentication.",
+                                     ["reason"], registry=r)
 
     def observe_call(self, *, tool: str, upstream: str | None, decision: str, stage: str,
                      total_s: float, upstream_s: float | None) -> None:
@@ -129,6 +132,10 @@ class Metrics:
 
     def set_limiter_redis_up(self, up: bool) -> None:
         self.limiter_redis_up.set(1 if up else 0)
+
+    def http_refused(self, reason: str) -> None:
+        """``reason``: one of ``bastion.server.refusals.REFUSAL_REASONS`` (a closed set)."""
+        self.http_refusals.labels(reason=self._cap("reason", reason)).inc()
 
     def declare_upstreams(self, names: Sequence[str]) -> None:
         """Create the per-upstream series at start, so a never-connected upstream shows ``up 0`` not nothing."""
