@@ -31,17 +31,21 @@ def build(method: str, target: str, headers: list[tuple[str, str]], body: bytes 
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + body
 
 
-async def _read_response(reader: asyncio.StreamReader) -> RawResponse:
+async def _read_head(reader: asyncio.StreamReader) -> RawResponse:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
-    except (asyncio.IncompleteReadError, ConnectionError):
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
         return RawResponse(None)
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ")[1])
     headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
-    out = RawResponse(status, headers)
+    return RawResponse(status, headers)
+
+
+async def _read_body(reader: asyncio.StreamReader, out: RawResponse) -> None:
+    status = out.status or 0
     length = out.header("content-length")
-    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+    with contextlib.suppress(asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
         if length is not None:
             out.body = await reader.readexactly(int(length))
         elif (out.header("transfer-encoding") or "").lower() == "chunked":
@@ -54,7 +58,6 @@ async def _read_response(reader: asyncio.StreamReader) -> RawResponse:
             out.body = b"".join(c[:-2] for c in chunks)
         elif status not in (204, 304) and not 100 <= status < 200:
             out.body = await reader.read()
-    return out
 
 
 async def exchange(port: int, *parts: bytes, pause: float = 0.0, timeout: float = 10.0,
@@ -68,10 +71,17 @@ async def exchange(port: int, *parts: bytes, pause: float = 0.0, timeout: float 
             writer.write(part)
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
-            return await asyncio.wait_for(_read_response(reader), timeout)
+            out = await asyncio.wait_for(_read_head(reader), timeout)
         except TimeoutError:
             return RawResponse(None)
+        if out.status is not None:
+            # A stream (SSE) may never end: what arrived by the deadline is the body.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_read_body(reader, out), max(0.0, deadline - loop.time()))
+        return out
     finally:
         writer.close()
         with contextlib.suppress(ConnectionError):
