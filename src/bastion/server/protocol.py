@@ -94,8 +94,13 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._header_bytes = 0  # exact: request target, names and values, plus 4 per line
         self._codings: list[bytes] = []
+        # The request clock: when the request being received began (None while none is), and one timer per
+        # connection that checks it. Re-arming a timer on every request would cost more than the check.
+        self._since: float | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._lingering = -1  # bytes dropped since the error answer; -1 while not lingering
+        self._max_headers = self.options.max_headers
+        self._max_header_bytes = self.options.max_header_bytes
 
     # -- connection ---------------------------------------------------------------------------------------
 
@@ -103,7 +108,8 @@ class FrontDoorProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         # The first request's clock starts with the connection: a client that connects and sends nothing is
         # closed like one that trickles its head.
-        self._arm()
+        self._since = self.loop.time()
+        self._arm(self.options.request_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -145,12 +151,15 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._request_started = True
+        if not self._request_started:
+            self._request_started = True
+            if self._heads_done:  # the first request's clock started with the connection
+                self._since = self.loop.time()
         self._header_count = 0
         self._header_bytes = 0
         self._codings = []
         if self._deadline is None:
-            self._arm()
+            self._arm(self.options.request_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -159,17 +168,26 @@ class FrontDoorProtocol(HttpToolsProtocol):
                                    log_detail=f"request target over {self.options.max_target_bytes} bytes"))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # Called for every header line of every request: the common path is two additions and two comparisons.
         self._header_count += 1
         self._header_bytes += len(name) + len(value) + 4
-        if self._header_count > self.options.max_headers:
-            raise _Refusal(Refused(431, "Request Header Fields Too Large", reason="too_many_headers",
-                                   log_detail=f"more than {self.options.max_headers} header lines"))
-        if self._header_bytes + len(self.url) > self.options.max_header_bytes:
-            raise _Refusal(Refused(431, "Request Header Fields Too Large", reason="header_too_large",
-                                   log_detail=f"header section over {self.options.max_header_bytes} bytes"))
-        if name.lower() == b"transfer-encoding":
+        if self._header_count > self._max_headers or self._header_bytes + len(self.url) > self._max_header_bytes:
+            self._header_limit()
+        # uvicorn's own on_header, inlined: this runs for every header line, and a super() call per line
+        # doubles the cost of the Python callbacks (bench/bench_front_door.py --protocol-only).
+        name = name.lower()
+        if name == b"transfer-encoding":
             self._transfer_coding(value)
-        super().on_header(name, value)
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
+    def _header_limit(self) -> None:
+        if self._header_count > self._max_headers:
+            raise _Refusal(Refused(431, "Request Header Fields Too Large", reason="too_many_headers",
+                                   log_detail=f"more than {self._max_headers} header lines"))
+        raise _Refusal(Refused(431, "Request Header Fields Too Large", reason="header_too_large",
+                               log_detail=f"header section over {self._max_header_bytes} bytes"))
 
     def _transfer_coding(self, value: bytes) -> None:
         """Only plain ``chunked`` frames a body bastion can read; any other coding (or chunked twice, or a list
@@ -191,14 +209,14 @@ class FrontDoorProtocol(HttpToolsProtocol):
         if self.pipeline:
             # Queued behind a response still being written; bastion stopped reading, so the clock is not the
             # client's to beat.
-            self._disarm()
+            self._since = None
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_head = True
         self._head_bytes = 0
         self._request_started = False
-        self._disarm()
+        self._since = None
 
     # -- refusals -----------------------------------------------------------------------------------------
 
@@ -269,9 +287,9 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     # -- request deadline ---------------------------------------------------------------------------------
 
-    def _arm(self) -> None:
+    def _arm(self, delay: float) -> None:
         self._disarm()
-        self._deadline = self.loop.call_later(self.options.request_timeout_s, self._timed_out)
+        self._deadline = self.loop.call_later(delay, self._timed_out)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -280,7 +298,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     def _timed_out(self) -> None:
         self._deadline = None
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self._since is None:
+            return  # no request being received: the next one re-arms the timer
+        remaining = self._since + self.options.request_timeout_s - self.loop.time()
+        if remaining > 0:  # a later request than the one the timer was armed for
+            self._arm(remaining)
             return
         if self._in_head and not self._request_started:
             # Connected and silent: there is no request to answer.
