@@ -98,3 +98,29 @@ def test_every_example_config_is_valid(tmp_path: Path) -> None:
     for config in [root / "examples/demo/bastion.yaml", *sorted((root / "bench/scenarios").glob("*.yaml"))]:
         env = {"BASTION_REDIS_URL": "redis://127.0.0.1:6379/0"} if "redis" in config.name else {}
         settings.load(config, env=env)
+
+
+def test_listen_http_limits_have_proxy_defaults_and_are_configurable(tmp_path: Path) -> None:
+    listen = load(BASE, tmp_path).listen
+    assert (listen.max_header_bytes, listen.max_headers, listen.max_target_bytes) == (16384, 100, 8192)
+    assert (listen.request_timeout_s, listen.keep_alive_timeout_s) == (10.0, 5.0)
+    assert (listen.refusal_audit_burst, listen.refusal_audit_per_minute) == (20, 12)
+    listen = load(BASE + "listen:\n  max_header_size: 32KiB\n  max_headers: 50\n  max_target_size: 2KiB\n"
+                         "  request_timeout: 2s\n  keep_alive_timeout: 30s\n"
+                         "  refusal_audit: {burst: 5, per_minute: 0}\n", tmp_path).listen
+    assert (listen.max_header_bytes, listen.max_headers, listen.max_target_bytes) == (32768, 50, 2048)
+    assert (listen.request_timeout_s, listen.keep_alive_timeout_s) == (2.0, 30.0)
+    assert (listen.refusal_audit_burst, listen.refusal_audit_per_minute) == (5, 0)
+
+
+@pytest.mark.parametrize(("extra", "path"), [
+    ("  max_headers: 0\n", "listen.max_headers"),
+    ("  request_timeout: 0\n", "listen.request_timeout"),
+    ("  keep_alive_timeout: -1\n", "listen.keep_alive_timeout"),
+    ("  max_header_size: 4KiB\n", "listen.max_target_size"),  # the request line counts towards the head
+    ("  refusal_audit: {rate: 1}\n", "listen.refusal_audit.rate"),
+])
+def test_listen_http_limits_are_validated(tmp_path: Path, extra: str, path: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(BASE + "listen:\n" + extra, tmp_path)
+    assert info.value.path == path or path in str(info.value)

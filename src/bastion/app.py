@@ -60,7 +60,9 @@ from bastion.sanitize.result import sanitize_error, sanitize_notification, sanit
 from bastion.sanitize.shape import ResultShapeGuard
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
+from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
 from bastion.server.redis_sessions import RedisSessionStore
+from bastion.server.refusals import RefusalReporter
 from bastion.server.session_fallback import FallbackSessionStore
 from bastion.server.sessions import MemorySessionStore, SessionData, SessionStore
 from bastion.server.state import StateSealer
@@ -84,6 +86,8 @@ class Components:
     metrics: Metrics
     closers: list[Any] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
+    # The HTTP protocol class for uvicorn (``http=``): the listen limits, reporting refusals as the app does.
+    http_protocol: type[FrontDoorProtocol] = FrontDoorProtocol
 
 
 def auth_failure_reason(detail: str | None) -> AuthFailureReason:
@@ -333,9 +337,16 @@ def create_app(settings: Settings) -> Starlette:
 
     gateway.emit_audit = audit_log.emit
     dispatcher = Dispatcher(gateway, StateSealer(settings.sessions.state))
-    endpoint = McpEndpoint(gateway, dispatcher, authenticate, on_session=on_session)
+    listen = settings.listen
+    refusals = RefusalReporter(count=metrics.http_refused, emit_soon=audit_soon, burst=listen.refusal_audit_burst,
+                               per_minute=listen.refusal_audit_per_minute)
+    endpoint = McpEndpoint(gateway, dispatcher, authenticate, on_session=on_session, on_refused=refusals.report)
     components = Components(settings=settings, gateway=gateway, pool=pool, http=http, redis=redis_client,
                             metrics=metrics, closers=[audit_log])
+    components.http_protocol = front_door_protocol(FrontDoorOptions(
+        max_header_bytes=listen.max_header_bytes, max_headers=listen.max_headers,
+        max_target_bytes=listen.max_target_bytes, request_timeout_s=listen.request_timeout_s,
+        report=refusals.report))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})

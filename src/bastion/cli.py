@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from collections.abc import Sequence
@@ -31,7 +32,10 @@ def _serve(args: argparse.Namespace) -> int:
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, waits for in-flight requests (bounded by
     # timeout_graceful_shutdown), then runs our lifespan shutdown, which closes upstreams and flushes audit sinks.
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
-                timeout_graceful_shutdown=args.grace, server_header=False, proxy_headers=False)
+                timeout_graceful_shutdown=args.grace, server_header=False, proxy_headers=False,
+                # The front door's HTTP limits live in its protocol class (server/protocol.py); no upgrades.
+                http=app.state.bastion.http_protocol, ws="none",
+                timeout_keep_alive=math.ceil(cfg.listen.keep_alive_timeout_s))
     return 0
 
 

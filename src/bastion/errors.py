@@ -220,3 +220,17 @@ class AuditUnavailable(ProtocolError):
     def __init__(self, *, log_detail: str | None = None) -> None:
         super().__init__(AUDIT_UNAVAILABLE, "Audit sink unavailable; call refused (audit.required)",
                          log_detail=log_detail)
+
+
+class Refused(HttpError):
+    """An HTTP-level refusal of the front door (Host, Origin, headers, media type, size, framing, timeouts).
+
+    ``reason`` is one of a closed set (``bastion.server.refusals.RefusalReason``): it labels the
+    ``bastion_http_refusals_total`` metric and the ``http.refused`` audit record, so operators see the refusals
+    that happen before (or without) authentication.
+    """
+
+    def __init__(self, status: int, message: str, *, reason: str, code: int | None = None,
+                 headers: Mapping[str, str] | None = None, log_detail: str | None = None) -> None:
+        super().__init__(status, message, code=code, headers=headers, log_detail=log_detail)
+        self.reason = reason

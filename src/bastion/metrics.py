@@ -92,6 +92,9 @@ class Metrics:
                                           "Catalogue refreshes that could not reach the pin store (mode: static = "
                                           "last verified pins kept, closed = nothing verified yet, tools hidden).",
                                           ["mode"], registry=r)
+        self.http_refusals = Counter("bastion_http_refusals",
+                                     "Requests the front door refused at the HTTP level, mostly before authentication.",
+                                     ["reason"], registry=r)
 
     def observe_call(self, *, tool: str, upstream: str | None, decision: str, stage: str,
                      total_s: float, upstream_s: float | None) -> None:
@@ -162,6 +165,10 @@ class Metrics:
 
     def pin_store_failed(self, mode: Literal["static", "closed"]) -> None:
         self.pin_store_failures.labels(mode=mode).inc()
+
+    def http_refused(self, reason: str) -> None:
+        """``reason``: one of ``bastion.server.refusals.REFUSAL_REASONS`` (a closed set)."""
+        self.http_refusals.labels(reason=self._cap("reason", reason)).inc()
 
     def declare_upstreams(self, names: Sequence[str]) -> None:
         """Create the per-upstream series at start, so a never-connected upstream shows ``up 0`` not nothing."""

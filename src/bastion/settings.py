@@ -35,6 +35,18 @@ class ListenConfig:
     # Extra Host header values accepted on a loopback listener (DNS-rebinding protection); ignored otherwise.
     allowed_hosts: tuple[str, ...] = ()
     max_body_bytes: int = 4 * 1024 * 1024
+    # Limits enforced below the ASGI app, in the HTTP protocol (server/protocol.py); defaults as careful edge
+    # proxies ship them (Envoy: 100 headers; nginx: 8 KiB request lines; 16 KiB of headers is ample for JWTs).
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 100
+    max_target_bytes: int = 8 * 1024
+    # Headers and body of a request must arrive within this many seconds of its first byte (slowloris).
+    request_timeout_s: float = 10.0
+    # An idle keep-alive connection is closed after this many seconds.
+    keep_alive_timeout_s: float = 5.0
+    # http.refused audit records: a token bucket per refusal reason, so a flood cannot fill the disk.
+    refusal_audit_burst: int = 20
+    refusal_audit_per_minute: int = 12
 
     @property
     def is_loopback(self) -> bool:
@@ -141,7 +153,8 @@ CORE_KEYS = {"listen", "redis", "upstreams", "catalogue", "sessions", "logging",
 
 
 def _listen(data: Mapping[str, Any]) -> ListenConfig:
-    check_keys(data, {"host", "port", "path", "allowed_origins", "allowed_hosts", "max_body_size"}, "listen")
+    check_keys(data, {"host", "port", "path", "allowed_origins", "allowed_hosts", "max_body_size", *_LIMIT_KEYS},
+               "listen")
     path = data.get("path", "/mcp")
     if not isinstance(path, str) or not path.startswith("/"):
         raise ConfigError("must be an absolute URL path such as /mcp", path="listen.path")
@@ -155,7 +168,35 @@ def _listen(data: Mapping[str, Any]) -> ListenConfig:
         allowed_origins=as_str_list(data.get("allowed_origins"), "listen.allowed_origins"),
         allowed_hosts=as_str_list(data.get("allowed_hosts"), "listen.allowed_hosts"),
         max_body_bytes=parse_size(data.get("max_body_size", 4 * 1024 * 1024), "listen.max_body_size"),
+        **_listen_limits(data),
     )
+
+
+_LIMIT_KEYS = {"max_header_size", "max_headers", "max_target_size", "request_timeout", "keep_alive_timeout",
+               "refusal_audit"}
+
+
+def _listen_limits(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The HTTP limits of ``listen`` (see ``ListenConfig``), as keyword arguments."""
+    d = ListenConfig()
+    audit = as_mapping(data.get("refusal_audit"), "listen.refusal_audit")
+    check_keys(audit, {"burst", "per_minute"}, "listen.refusal_audit")
+    out: dict[str, Any] = {
+        "max_header_bytes": parse_size(data.get("max_header_size", d.max_header_bytes), "listen.max_header_size"),
+        "max_headers": as_int(data.get("max_headers", d.max_headers), "listen.max_headers", minimum=1),
+        "max_target_bytes": parse_size(data.get("max_target_size", d.max_target_bytes), "listen.max_target_size"),
+        "request_timeout_s": parse_duration(data.get("request_timeout", d.request_timeout_s),
+                                            "listen.request_timeout"),
+        "keep_alive_timeout_s": parse_duration(data.get("keep_alive_timeout", d.keep_alive_timeout_s),
+                                               "listen.keep_alive_timeout"),
+        "refusal_audit_burst": as_int(audit.get("burst", d.refusal_audit_burst), "listen.refusal_audit.burst"),
+        "refusal_audit_per_minute": as_int(audit.get("per_minute", d.refusal_audit_per_minute),
+                                           "listen.refusal_audit.per_minute"),
+    }
+    if out["max_target_bytes"] > out["max_header_bytes"]:
+        raise ConfigError("cannot exceed listen.max_header_size (the request line counts towards it)",
+                          path="listen.max_target_size")
+    return out
 
 
 def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:

@@ -85,7 +85,10 @@ def test_malformed_bodies_get_precise_errors(gw: GatewayProcess) -> None:
     assert r.json()["error"]["code"] == -32600
     r = http.post(gw.url, content=b"x" * (5 * 1024 * 1024), headers=headers)
     assert r.status_code == 413
-    r = http.post(gw.url, content=json.dumps(init_body()), headers={"Accept": "text/html"})
+    r = http.post(gw.url, content=json.dumps(init_body()), headers={"Accept": ACCEPT, "Content-Type": "text/plain"})
+    assert r.status_code == 415
+    r = http.post(gw.url, content=json.dumps(init_body()),
+                  headers={"Accept": "text/html", "Content-Type": "application/json"})
     assert r.status_code == 406
 
 

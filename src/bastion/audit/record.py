@@ -51,6 +51,7 @@ __all__ = [
     "catalogue_drop_record",
     "classify_outcome",
     "definition_finding_record",
+    "http_refused_record",
     "pin_approve_record",
     "pin_drift_record",
     "policy_reload_record",
@@ -322,6 +323,20 @@ def catalogue_drop_record(*, at: float, upstream: str, item_kind: str, item: str
                     client_info=None, traceparent=None)
     doc.update(upstream=_short(upstream), item_kind=_short(item_kind), item=_short(item),
                reason=_short(reason, _MAX_STRING), action=_short(action))
+    return doc
+
+
+def http_refused_record(*, at: float, status: int, reason: str, detail: str | None, remote_addr: str | None,
+                        method: str | None, path: str | None, suppressed: int = 0,
+                        traceparent: str | None = None) -> dict[str, Any]:
+    """``http.refused``: the front door refused a request before it was understood (often before
+    authentication). ``suppressed`` counts the records of the same ``reason`` the rate limit dropped since the
+    previous one."""
+    doc = _envelope("http.refused", at, request_id=None, session=None, era=None, principal=None,
+                    client_info=None, traceparent=traceparent)
+    doc.update(status=status, reason=_short(reason), detail=_short_or_none(detail, _MAX_STRING),
+               remote_addr=_short_or_none(remote_addr), method=_short_or_none(method),
+               path=_short_or_none(path), suppressed=max(0, int(suppressed)))
     return doc
 
 

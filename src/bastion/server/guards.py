@@ -1,47 +1,191 @@
-"""HTTP-level checks that run before bastion reads a body: Origin, Host, Accept. Pure functions over headers."""
+"""HTTP-level checks that run before bastion reads a body: header shape, Host, Origin, media type, Accept. Pure
+functions over headers; a refusal is a ``Refused`` carrying its status and its reason for the operators."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import ipaddress
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
 
-from bastion.errors import HttpError
+from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, REQUEST_TOO_LARGE, Refused
 from bastion.settings import ListenConfig, is_loopback_host
 
+__all__ = ["Authority", "accepts", "check_content_type", "check_declared_length", "check_host", "check_origin",
+           "front_headers", "parse_authority", "parse_origin"]
 
-def _hostname(value: str) -> str:
-    # "[::1]:8080" -> "::1", "localhost:8080" -> "localhost"
+# Headers every reader must see exactly once: with two copies, the authenticator, the session lookup, the
+# version check or a proxy in front could each take a different one ("first one wins" in one place, "last one
+# wins" in another). Host: RFC 9112 section 3.2 requires 400 for more than one.
+SINGLETON_HEADERS = frozenset({b"host", b"authorization", b"origin", b"content-type", b"content-length",
+                               b"mcp-session-id", b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
+# The 2026-07-28 routing headers keep the code the revision gives to header defects.
+_ROUTING_HEADERS = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
+_OWS = b" \t"
+
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_PORT = re.compile(r"[0-9]{1,5}")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class Authority(NamedTuple):
+    host: str  # lower case; IPv6 without brackets
+    port: int | None
+
+
+def front_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The request's header lines as every later check must see them: values without the optional whitespace
+    around them (RFC 9110 section 5.5: a field value never includes it), and no second copy of a singleton.
+
+    Raises ``Refused`` (400) on a duplicate singleton header.
+    """
+    out: list[tuple[bytes, bytes]] = []
+    seen: set[bytes] = set()
+    for name, value in raw:
+        key = name.lower()
+        if key in SINGLETON_HEADERS:
+            if key in seen:
+                shown = key.decode("latin-1")
+                raise Refused(400, f"Bad Request: {shown} header appears more than once", reason="duplicate_header",
+                              code=HEADER_MISMATCH if key in _ROUTING_HEADERS else INVALID_REQUEST,
+                              log_detail=f"header={shown}")
+            seen.add(key)
+        out.append((key, value.strip(_OWS)))
+    return out
+
+
+def parse_authority(value: str) -> Authority | None:
+    """``host[:port]`` as the ``Host`` header and origins carry it, or ``None`` when it is not exactly that.
+
+    The host is a DNS name (letters, digits, ``-``, ``_``; labels of 1-63; at most one trailing dot), a dotted-quad
+    IPv4 address, or a bracketed IPv6 address; the port is 1-65535. Nothing else: no user info, no path, no
+    percent-encoding, no numeric shorthands (``127.1``, ``0x7f.1``) that some resolvers take for loopback, and a
+    port must be digits, so ``localhost:1.attacker.example`` is a host that is not ``localhost``.
+    """
     if value.startswith("["):
-        return value[1:].split("]", 1)[0]
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+        end = value.find("]")
+        if end < 0:
+            return None
+        host, rest = value[1:end], value[end + 1:]
+        try:
+            host = ipaddress.IPv6Address(host).compressed
+        except ValueError:
+            return None
+    else:
+        host, colon, port_text = value.partition(":")
+        rest = colon + port_text
+        host = host.lower()
+        if not _valid_name(host):
+            return None
+    if not rest:
+        return Authority(host, None)
+    if not rest.startswith(":") or not _PORT.fullmatch(rest[1:]):
+        return None
+    port = int(rest[1:])
+    return Authority(host, port) if 0 < port < 65536 else None
+
+
+def _valid_name(host: str) -> bool:
+    name = host[:-1] if host.endswith(".") else host
+    if not name or len(name) > 253:
+        return False
+    labels = name.split(".")
+    if all(label.isdigit() for label in labels):
+        try:
+            ipaddress.IPv4Address(name)  # dotted quad only; leading zeros are refused
+        except ValueError:
+            return False
+        return True
+    # A name whose last label is numeric would be read as an IPv4 address by URL parsers (WHATWG): refuse.
+    return not labels[-1].isdigit() and all(_LABEL.fullmatch(label) for label in labels)
+
+
+def parse_origin(origin: str) -> tuple[str, Authority] | None:
+    """``scheme://host[:port]`` exactly (what browsers send), as (lower-case scheme, authority); else ``None``."""
+    scheme, sep, rest = origin.partition("://")
+    scheme = scheme.lower()
+    if not sep or not _SCHEME.fullmatch(scheme):
+        return None
+    authority = parse_authority(rest)
+    return None if authority is None else (scheme, authority)
+
+
+def _origin_key(origin: str) -> str:
+    """An origin in one spelling (case, default port), so configured and sent origins compare as origins."""
+    parsed = parse_origin(origin)
+    if parsed is None:
+        return origin
+    scheme, (host, port) = parsed
+    shown = f"[{host}]" if ":" in host else host
+    if port is None or port == _DEFAULT_PORTS.get(scheme):
+        return f"{scheme}://{shown}"
+    return f"{scheme}://{shown}:{port}"
 
 
 def check_origin(origin: str | None, listen: ListenConfig) -> None:
     """Browsers send ``Origin``; a page on a foreign site must not drive a gateway reachable from the browser.
 
-    Absent ``Origin`` (non-browser clients) is fine. A present one must be configured, or be a loopback origin
-    while bastion itself listens on loopback.
+    Absent ``Origin`` (non-browser clients) is fine. A present one must be configured, or be a well-formed
+    http(s) loopback origin while bastion itself listens on loopback.
     """
     if origin is None:
         return
-    if origin in listen.allowed_origins or "*" in listen.allowed_origins:
+    if "*" in listen.allowed_origins:
         return
-    parts = urlsplit(origin)
-    if listen.is_loopback and parts.scheme in ("http", "https") and parts.hostname and \
-            is_loopback_host(parts.hostname):
+    key = _origin_key(origin)
+    if any(key == _origin_key(allowed) for allowed in listen.allowed_origins):
         return
-    raise HttpError(403, "Forbidden: Origin not allowed", log_detail=f"origin={origin[:200]}")
+    parsed = parse_origin(origin)
+    if listen.is_loopback and parsed is not None and parsed[0] in _DEFAULT_PORTS and \
+            is_loopback_host(parsed[1].host):
+        return
+    raise Refused(403, "Forbidden: Origin not allowed", reason="origin", log_detail=f"origin={origin[:200]}")
 
 
 def check_host(host: str | None, listen: ListenConfig) -> None:
-    """DNS rebinding: a loopback listener answers only to loopback names (plus configured ones)."""
+    """``Host`` is required and must be a well-formed authority (RFC 9112 section 3.2: 400 otherwise). A loopback
+    listener answers only to loopback names plus configured ones, which defeats DNS rebinding (421)."""
+    if not host:
+        raise Refused(400, "Bad Request: missing Host header", reason="host", log_detail="host=")
+    authority = parse_authority(host)
+    if authority is None:
+        raise Refused(400, "Bad Request: invalid Host header", reason="host", log_detail=f"host={host[:200]}")
     if not listen.is_loopback:
         return
-    if host is None:
-        raise HttpError(400, "Bad Request: missing Host header")
-    name = _hostname(host)
+    name = authority.host.rstrip(".")
     if is_loopback_host(name) or host in listen.allowed_hosts or name in listen.allowed_hosts:
         return
-    raise HttpError(421, "Misdirected Request: Host not allowed", log_detail=f"host={host[:200]}")
+    raise Refused(421, "Misdirected Request: Host not allowed", reason="host", log_detail=f"host={host[:200]}")
+
+
+def check_content_type(value: str | None) -> None:
+    """A POST body must be declared ``application/json`` (any case, parameters allowed; a charset, if given, must
+    be UTF-8, the only encoding JSON has). Anything else is 415, before the body is read."""
+    if value is None:
+        raise Refused(415, "Unsupported Media Type: Content-Type must be application/json", reason="content_type",
+                      log_detail="content-type=")
+    media, _, params = value.partition(";")
+    ok = media.strip(" \t").lower() == "application/json"
+    for param in params.split(";") if ok and params else ():
+        if not param.strip(" \t"):
+            continue
+        name, eq, arg = param.partition("=")
+        name = name.strip(" \t").lower()
+        utf8 = name != "charset" or arg.strip(" \t").strip('"').lower() in ("utf-8", "utf8")
+        ok = ok and bool(eq) and bool(_TOKEN.fullmatch(name)) and utf8
+    if not ok:
+        raise Refused(415, "Unsupported Media Type: Content-Type must be application/json", reason="content_type",
+                      log_detail=f"content-type={value[:200]}")
+
+
+def check_declared_length(value: str | None, limit: int) -> None:
+    """A declared ``Content-Length`` over the limit is refused before authentication and before any byte of the
+    body is read (the parser has already refused a malformed one)."""
+    if value is not None and value.isdigit() and int(value) > limit:
+        raise Refused(413, "Request body too large", reason="body_too_large", code=REQUEST_TOO_LARGE,
+                      log_detail=f"content-length={value[:20]} limit={limit}")
 
 
 def accepts(accept: str | None) -> tuple[bool, bool]:

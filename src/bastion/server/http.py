@@ -1,13 +1,20 @@
 """The front door: MCP Streamable HTTP on one endpoint, both protocol eras.
 
 Order of checks on every request, and why:
-1. Host, then Origin: DNS-rebinding and cross-site requests are refused before anything else, including
+0. Below this app, the HTTP protocol (``server/protocol.py``) has already enforced the header, request-target,
+   framing and timing limits.
+1. Header shape: a second copy of a header every reader must see once is refused (400), and every value loses
+   the optional whitespace around it, so no two readers can disagree about a header.
+2. Host, then Origin: DNS-rebinding and cross-site requests are refused before anything else, including
    authentication, so a hostile page cannot even probe credentials.
-2. Authentication: every request on its own (a session is never a credential). A failure is HTTP 401.
-3. Body size, then JSON parsing: refuse oversized bodies before parsing them.
-4. Era: ``initialize`` opens a legacy session; a request whose ``_meta`` carries a protocol version is served
+3. POST only: the media type (415) and a declared length over the limit (413), before authentication: they
+   need no credentials to judge, and an anonymous client should cost as little as possible.
+   Every refusal of steps 0-3 is counted and audited (``server/refusals.py``).
+4. Authentication: every request on its own (a session is never a credential). A failure is HTTP 401.
+5. Body size while reading it, then JSON parsing.
+6. Era: ``initialize`` opens a legacy session; a request whose ``_meta`` carries a protocol version is served
    statelessly (2026-07-28); otherwise a legacy session id is required.
-5. Session: unknown id, or an id opened by another principal, is 404 (indistinguishable on purpose).
+7. Session: unknown id, or an id opened by another principal, is 404 (indistinguishable on purpose).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 import structlog
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
@@ -37,6 +44,7 @@ from bastion.errors import (
     UNSUPPORTED_PROTOCOL_VERSION,
     HttpError,
     ProtocolError,
+    Refused,
     RequestError,
 )
 from bastion.gateway import Gateway
@@ -44,7 +52,14 @@ from bastion.principal import Principal
 from bastion.server import dispatch as d
 from bastion.server.emitter import Emitter, NullEmitter, StreamEmitter
 from bastion.server.eras import for_legacy, for_modern
-from bastion.server.guards import accepts, check_host, check_origin
+from bastion.server.guards import (
+    accepts,
+    check_content_type,
+    check_declared_length,
+    check_host,
+    check_origin,
+    front_headers,
+)
 from bastion.server.headers import check_request_headers
 from bastion.server.listen import ACKNOWLEDGED, Listeners, ListenFilter, Stream, tagged
 from bastion.server.sessions import LiveSession, SessionData, new_session_id
@@ -55,6 +70,8 @@ log = structlog.get_logger("bastion.http")
 # (request headers, client address) -> principal; the address is for the audit record of a failure only.
 Authenticate = Callable[[Mapping[str, str], str | None], Awaitable[Principal]]
 SessionEvent = Callable[[str, SessionData, Principal], Awaitable[None]]
+# (refusal, remote address, method, path, traceparent): counts and audits a refusal (RefusalReporter.report).
+OnRefused = Callable[[Refused, str | None, str | None, str | None, str | None], None]
 MODERN_ERROR_STATUS = {HEADER_MISMATCH: 400, MISSING_CLIENT_CAPABILITY: 400, UNSUPPORTED_PROTOCOL_VERSION: 400,
                        METHOD_NOT_FOUND: 404}
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -75,8 +92,9 @@ class McpEndpoint:
     """ASGI app for the MCP endpoint path."""
 
     def __init__(self, gateway: Gateway, dispatcher: d.Dispatcher, authenticate: Authenticate,
-                 on_session: SessionEvent | None = None) -> None:
+                 on_session: SessionEvent | None = None, on_refused: OnRefused | None = None) -> None:
         self.gw = gateway
+        self.on_refused = on_refused
         self.dispatcher = dispatcher
         self.authenticate = authenticate
         self.listen = gateway.settings.listen
@@ -89,7 +107,16 @@ class McpEndpoint:
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
+            scope["headers"] = front_headers(scope["headers"])
             response = await self._serve(request)
+        except ClientDisconnect:
+            # The client went away before its request was whole (or the protocol's request deadline closed it):
+            # nothing to answer and nothing had started; an ordinary event on an edge, not an error.
+            log.debug("http.client_disconnected", method=scope.get("method"), stage="body")
+            return
+        except Refused as exc:
+            self._refused(exc, scope)
+            response = http_error_response(exc)
         except HttpError as exc:
             if exc.log_detail:
                 log.info("http.refused", status=exc.status, reason=exc.message, detail=exc.log_detail)
@@ -98,10 +125,20 @@ class McpEndpoint:
             response = json_response(jsonrpc.error(None, exc), exc.http_status)
         await response(scope, receive, send)
 
+    def _refused(self, exc: Refused, scope: AsgiScope) -> None:
+        if self.on_refused is None:
+            return
+        client = scope.get("client")
+        traceparent = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"traceparent"), None)
+        self.on_refused(exc, client[0] if client else None, scope.get("method"), scope.get("path"), traceparent)
+
     async def _serve(self, request: Request) -> Response:
         headers = request.headers
         check_host(headers.get("host"), self.listen)
         check_origin(headers.get("origin"), self.listen)
+        if request.method == "POST":
+            check_content_type(headers.get("content-type"))
+            check_declared_length(headers.get("content-length"), self.listen.max_body_bytes)
         principal = await self.authenticate(headers, request.client.host if request.client else None)
         if request.method == "POST":
             return await self._post(request, principal)
@@ -133,15 +170,14 @@ class McpEndpoint:
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.listen.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise HttpError(413, "Request body too large", code=REQUEST_TOO_LARGE)
         chunks = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise HttpError(413, "Request body too large", code=REQUEST_TOO_LARGE)
+                # Chunked bodies declare no length: refused when the limit is crossed, without reading on.
+                raise Refused(413, "Request body too large", reason="body_too_large", code=REQUEST_TOO_LARGE,
+                              log_detail=f"streamed body over {limit} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
 

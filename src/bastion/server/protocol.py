@@ -1,0 +1,314 @@
+"""The HTTP/1.1 protocol under the app: uvicorn's httptools protocol plus the limits it lacks.
+
+uvicorn with httptools (llhttp) parses HTTP well but enforces no size or time limit on what a client sends before
+the app runs: a header section can grow without bound (and is re-buffered as it grows), a request line too, a
+connection may trickle one byte every few seconds forever (slowloris), and a transfer coding llhttp frames as
+chunked (``gzip, chunked``) reaches the app with a body it would misread. Its keep-alive timeout only starts after
+a response, and an unknown method or a parse error gets a plain-text 400. (h11, uvicorn's other parser, bounds the
+header section with ``h11_max_incomplete_event_size`` but answers every violation with 400 and costs about twice
+the CPU.) This module closes those gaps where they arise, in the parser callbacks, as the edge proxies do:
+
+===================================  =========================================  ==================================
+what                                 limit (``listen`` key)                     answer
+===================================  =========================================  ==================================
+request target                       ``max_target_size`` (8 KiB)                414, connection closed
+header section, request line incl.   ``max_header_size`` (16 KiB)               431, connection closed
+header lines                         ``max_headers`` (100)                      431, connection closed
+transfer coding other than chunked   (none)                                     501, connection closed
+transfer coding in HTTP/1.0          (none)                                     400, connection closed
+method llhttp does not know          (none)                                     501, connection closed
+anything else llhttp refuses         (none)                                     400, connection closed
+head and body not in by deadline     ``request_timeout`` (10 s from 1st byte)   408 if nothing was answered yet,
+                                                                                then closed
+idle keep-alive connection           ``keep_alive_timeout`` (5 s, uvicorn's)    closed
+===================================  =========================================  ==================================
+
+Every refusal is reported (counted and audited, rate-limited) through ``FrontDoorOptions.report``. After an
+error response the connection is half-closed and what the client still sends is read and dropped for a moment
+("lingering close", as nginx does), so the client reads the answer instead of a connection reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httptools
+import structlog
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from bastion import jsonrpc
+from bastion.errors import INVALID_REQUEST, Refused
+
+__all__ = ["FrontDoorOptions", "FrontDoorProtocol", "front_door_protocol"]
+
+log = structlog.get_logger("bastion.http")
+
+# Lingering close: after an error answer, drop what the client still sends for at most this long / this much.
+LINGER_S = 2.0
+LINGER_BYTES = 1024 * 1024
+# llhttp's messages for transfer codings it cannot frame (httptools exposes no error numbers).
+_TE_ERRORS = ("Request has invalid `Transfer-Encoding`", "Invalid `Transfer-Encoding` header value")
+
+# A request line's method: a token, then a space (RFC 9110 section 9.1, RFC 9112 section 3).
+_METHOD = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64} ")
+
+# (refusal, remote address, method, path, traceparent)
+Report = Callable[[Refused, str | None, str | None, str | None, str | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDoorOptions:
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 100
+    max_target_bytes: int = 8 * 1024
+    request_timeout_s: float = 10.0
+    report: Report | None = None
+
+
+class _Refusal(Exception):
+    """A refusal raised out of a parser callback; httptools hands it back as the context of its own error."""
+
+    def __init__(self, refused: Refused) -> None:
+        super().__init__(refused.message)
+        self.refused = refused
+
+
+def front_door_protocol(options: FrontDoorOptions) -> type[FrontDoorProtocol]:
+    """The protocol class for ``uvicorn.Config(http=...)``, bound to these limits."""
+    return type("BoundFrontDoorProtocol", (FrontDoorProtocol,), {"options": options})
+
+
+class FrontDoorProtocol(HttpToolsProtocol):
+    options: ClassVar[FrontDoorOptions] = FrontDoorOptions()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # the bytes arriving now belong to a request head (or to the wait for one)
+        self._head_bytes = 0  # raw bytes received for the current head, counted while it is incomplete
+        self._heads_done = 0
+        self._request_started = False  # a byte of the current request has been parsed
+        self._header_count = 0
+        self._header_bytes = 0  # exact: request target, names and values, plus 4 per line
+        self._codings: list[bytes] = []
+        # The request clock: when the request being received began (None while none is), and one timer per
+        # connection that checks it. Re-arming a timer on every request would cost more than the check.
+        self._since: float | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._lingering = -1  # bytes dropped since the error answer; -1 while not lingering
+        self._max_headers = self.options.max_headers
+        self._max_header_bytes = self.options.max_header_bytes
+
+    # -- connection ---------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # The first request's clock starts with the connection: a client that connects and sends nothing is
+        # closed like one that trickles its head.
+        self._since = self.loop.time()
+        self._arm(self.options.request_timeout_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering >= 0:
+            self._lingering += len(data)
+            if self._lingering > LINGER_BYTES:
+                self.transport.close()
+            return
+        self._unset_keepalive_if_required()
+        counting, heads_done = self._in_head, self._heads_done
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # No protocol upgrade is served (``ws="none"``); the request is answered as plain HTTP/1.1, which
+            # RFC 9110 section 7.8 allows. What follows on the connection is dropped by the paused parser.
+            return
+        except _Refusal as exc:  # pragma: no cover - httptools wraps callback exceptions; kept for safety
+            self._refuse(exc.refused)
+            return
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__
+            self._refuse(cause.refused if isinstance(cause, _Refusal) else self._parse_error(exc, data))
+            return
+        if counting and self._in_head and heads_done == self._heads_done:
+            # Everything in this chunk belonged to the unfinished head. This also bounds what llhttp buffers for
+            # a single enormous header line, which no callback sees until it ends.
+            self._head_bytes += len(data)
+            if self._head_bytes > self.options.max_header_bytes:
+                self._refuse(Refused(431, "Request Header Fields Too Large", reason="header_too_large",
+                                     log_detail=f"header section over {self.options.max_header_bytes} bytes"))
+
+    def _unsupported_upgrade_warning(self) -> None:
+        log.debug("http.upgrade_ignored")
+
+    # -- parser callbacks ---------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if not self._request_started:
+            self._request_started = True
+            if self._heads_done:  # the first request's clock started with the connection
+                self._since = self.loop.time()
+        self._header_count = 0
+        self._header_bytes = 0
+        self._codings = []
+        if self._deadline is None:
+            self._arm(self.options.request_timeout_s)
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > self.options.max_target_bytes:
+            raise _Refusal(Refused(414, "URI Too Long", reason="uri_too_long",
+                                   log_detail=f"request target over {self.options.max_target_bytes} bytes"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Called for every header line of every request: the common path is two additions and two comparisons.
+        self._header_count += 1
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_count > self._max_headers or self._header_bytes + len(self.url) > self._max_header_bytes:
+            self._header_limit()
+        # uvicorn's own on_header, inlined: this runs for every header line, and a super() call per line
+        # doubles the cost of the Python callbacks (bench/bench_front_door.py --protocol-only).
+        name = name.lower()
+        if name == b"transfer-encoding":
+            self._transfer_coding(value)
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
+    def _header_limit(self) -> None:
+        if self._header_count > self._max_headers:
+            raise _Refusal(Refused(431, "Request Header Fields Too Large", reason="too_many_headers",
+                                   log_detail=f"more than {self._max_headers} header lines"))
+        raise _Refusal(Refused(431, "Request Header Fields Too Large", reason="header_too_large",
+                               log_detail=f"header section over {self._max_header_bytes} bytes"))
+
+    def _transfer_coding(self, value: bytes) -> None:
+        """Only plain ``chunked`` frames a body bastion can read; any other coding (or chunked twice, or a list
+        llhttp would frame by its last entry) is not implemented (501), and in HTTP/1.0 the header itself means
+        faulty framing (RFC 9112 section 6.1: 400)."""
+        if self.parser.get_http_version() == "1.0":
+            raise _Refusal(Refused(400, "Bad Request: Transfer-Encoding in an HTTP/1.0 request",
+                                   reason="transfer_encoding", log_detail="transfer-encoding in HTTP/1.0"))
+        self._codings.extend(c.strip(b" \t").lower() for c in value.split(b","))
+        if self._codings != [b"chunked"]:
+            shown = b", ".join(self._codings).decode("latin-1")[:100]
+            raise _Refusal(Refused(501, "Not Implemented: only the chunked transfer coding is supported",
+                                   reason="transfer_encoding", log_detail=f"transfer-encoding={shown}"))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._heads_done += 1
+        super().on_headers_complete()
+        if self.pipeline:
+            # Queued behind a response still being written; bastion stopped reading, so the clock is not the
+            # client's to beat.
+            self._since = None
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+        self._head_bytes = 0
+        self._request_started = False
+        self._since = None
+
+    # -- refusals -----------------------------------------------------------------------------------------
+
+    def _parse_error(self, exc: httptools.HttpParserError, data: bytes) -> Refused:
+        text = str(exc)
+        if isinstance(exc, httptools.HttpParserInvalidMethodError) and _METHOD.match(data.lstrip(b"\r\n")):
+            # A well-formed method bastion does not implement (RFC 9110 section 9.1: 501); bytes that are not
+            # HTTP at all (a TLS handshake, say) fall through to 400.
+            return Refused(501, "Not Implemented: unknown method", reason="method", log_detail=text[:200])
+        if text in _TE_ERRORS:
+            return Refused(501, "Not Implemented: only the chunked transfer coding is supported",
+                           reason="transfer_encoding", log_detail=text[:200])
+        return Refused(400, "Bad Request: malformed HTTP request", reason="malformed", log_detail=text[:200])
+
+    def _refuse(self, refused: Refused) -> None:
+        """Answer (when the connection is free to carry an answer), report, and close."""
+        self._disarm()
+        if self.transport.is_closing() or self._lingering >= 0:
+            return
+        self._report(refused)
+        cycle = self.cycle
+        if self._in_head:
+            # The refused request has no cycle; an earlier one may still be writing its response (pipelining),
+            # and an answer now would land inside it.
+            if cycle is not None and not cycle.response_complete:
+                self.transport.close()
+                return
+        elif cycle is not None:
+            if cycle.response_started:
+                self.transport.close()
+                return
+            # The app may be waiting for the rest of the body: it sees a disconnect, and whatever it sends
+            # afterwards is dropped.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self._answer(refused)
+
+    def _answer(self, refused: Refused) -> None:
+        body = jsonrpc.dumps(jsonrpc.error_body(refused.code if refused.code is not None else INVALID_REQUEST,
+                                                refused.message, None))
+        head = [STATUS_LINE[refused.status]]
+        head.extend(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers)
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+                    % len(body))
+        self.transport.write(b"".join(head) + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self._lingering = 0
+            self.loop.call_later(LINGER_S, self._close)
+        else:
+            self.transport.close()
+
+    def _close(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def _report(self, refused: Refused) -> None:
+        report = self.options.report
+        if report is None:
+            return
+        method: str | None = None
+        path: str | None = None
+        if self._request_started and self.url:
+            # The target is parsed after the method, so a method is known (not the parser's zero default).
+            method = self.parser.get_method().decode("latin-1")
+            path = self.url[:256].decode("latin-1")
+        report(refused, self.client[0] if self.client else None, method, path, None)
+
+    # -- request deadline ---------------------------------------------------------------------------------
+
+    def _arm(self, delay: float) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(delay, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _timed_out(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing() or self._since is None:
+            return  # no request being received: the next one re-arms the timer
+        remaining = self._since + self.options.request_timeout_s - self.loop.time()
+        if remaining > 0:  # a later request than the one the timer was armed for
+            self._arm(remaining)
+            return
+        if self._in_head and not self._request_started:
+            # Connected and silent: there is no request to answer.
+            self._report(Refused(408, "Request Timeout", reason="request_timeout",
+                                 log_detail="no request within the request timeout"))
+            self.transport.close()
+            return
+        self._refuse(Refused(408, "Request Timeout", reason="request_timeout",
+                             log_detail=f"request not received within {self.options.request_timeout_s:g} s"))
