@@ -147,6 +147,16 @@ class InvalidParams(ProtocolError):
         super().__init__(INVALID_PARAMS, message, data=data, http_status=http_status, log_detail=log_detail)
 
 
+class MessageRejected(ProtocolError):
+    """A JSON-RPC message refused before dispatch (malformed envelope, unrepresentable or too deeply nested
+    values). ``request_id`` is the message's id when it could be read, so the error response carries it."""
+
+    def __init__(self, code: int, message: str, *, request_id: str | int | None = None,
+                 log_detail: str | None = None) -> None:
+        super().__init__(code, message, http_status=400, log_detail=log_detail)
+        self.request_id = request_id
+
+
 class UnknownTool(InvalidParams):
     """Unknown tool, or (by default) a tool the policy hides: the two must look the same to the caller."""
 
