@@ -38,6 +38,7 @@ UPSTREAM_TIMEOUT = -31003
 LIMITER_UNAVAILABLE = -31004
 AUDIT_UNAVAILABLE = -31005
 REQUEST_TOO_LARGE = -31006
+POLICY_DENIED = -31007
 # A tool whose upstream's definitions are being re-checked after a change (refresh gate): retry shortly.
 CATALOGUE_CHANGING = -31010
 
@@ -163,6 +164,21 @@ class UnknownTool(InvalidParams):
     def __init__(self, name: str, *, log_detail: str | None = None) -> None:
         super().__init__(f"Unknown tool: {name}", log_detail=log_detail)
         self.name = name
+
+
+class PolicyDenied(ProtocolError):
+    """A call the policy denied, explained because the admin opted in (``reveal: true``). Distinct from
+    ``UnknownTool`` on purpose: the caller learns the tool exists and which rule stands in its way."""
+
+    def __init__(self, tool: str, rule_id: str | None, description: str | None, *,
+                 log_detail: str | None = None) -> None:
+        why = f"rule '{rule_id}'" if rule_id is not None else "default deny (no rule allows it)"
+        text = f"Call to {tool} denied by policy: {why}"
+        if description:
+            text += f": {description}"
+        super().__init__(POLICY_DENIED, text, data={"tool": tool, "rule": rule_id, "description": description},
+                         log_detail=log_detail)
+        self.rule_id = rule_id
 
 
 class MethodNotFound(ProtocolError):
