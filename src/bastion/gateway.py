@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import structlog
 
 from bastion import catalogue as cat
-from bastion.errors import UpstreamRpcError, UpstreamUnavailable
+from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamUnavailable
 from bastion.pipeline import CallContext, CallRecord, Era, Outcome, Pipeline
 from bastion.pool import UpstreamPool
 from bastion.principal import Principal
@@ -129,7 +129,7 @@ class Gateway:
         """An unknown tool is a call too: it gets its audit record like every other."""
         await self.audit_refused_call(principal, name, arguments, era=era, session_id=session_id,
                                       client_info=client_info, request_id=request_id, stage="resolve",
-                                      outcome="denied", reason="unknown tool")
+                                      outcome="denied", reason="unknown tool", error=UnknownTool(name[:200]))
 
     async def audit_refused_call(self, principal: Principal, tool: ToolEntry | str, arguments: Any, *, era: Era,
                                  session_id: str | None, client_info: Mapping[str, Any] | None,

@@ -39,6 +39,7 @@ MAX_CONFIGURABLE_DEPTH = 512
 _DIGITS16 = re.compile(rb"\d{16}")
 # The same run where a number can start (after '[', ':' or ','): strings rarely look like this.
 _NUMBER16 = re.compile(rb"[\[:,]\s*-?\d{16}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +52,10 @@ class Flaw:
     def where(self) -> str:
         """``params.arguments.a[3]``: the path as a reader writes it (keys shortened and made printable)."""
         out = ""
-        parts = self.path if len(self.path) <= 8 else (*self.path[:4], "…", *self.path[-2:])
-        for part in parts:
+        long = len(self.path) > 8
+        for index, part in enumerate(self.path[:4] + self.path[-2:] if long else self.path):
+            if long and index == 4:
+                out += f"…({len(self.path) - 6} more)…"
             if isinstance(part, int):
                 out += f"[{part}]"
             else:
@@ -137,7 +140,7 @@ def first_flaw(value: Any, max_depth: int, *, scalars: bool = True) -> Flaw | No
 
 def printable(text: str) -> str:
     """``text`` with lone surrogates replaced, so it can be encoded, logged and echoed."""
-    return text if _encodable(text) else text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text if _encodable(text) else _SURROGATE.sub("\ufffd", text)
 
 
 def _exact(body: bytes, orjson_detail: str) -> Any:
