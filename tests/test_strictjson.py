@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bastion.strictjson import (
+    MAX_CUT_TOKENS,
     MAX_SAFE_INTEGER,
     Document,
     Flaw,
@@ -70,9 +71,27 @@ def test_depth_counts_the_whole_message_and_names_the_limit() -> None:
     assert flaw_of(json.dumps(nested(9, {})).encode(), 8) is not None
 
 
-def test_past_the_parsers_own_limit_the_message_cannot_be_read() -> None:
+def test_past_the_parsers_own_limits_the_envelope_is_still_read() -> None:
+    """orjson reads 1024 levels: deeper bodies are cut at the limit so id, method and name can still be read."""
+    body = (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"t","arguments":{"a":'
+            + b"[" * 3000 + b'"]{"' + b"]" * 3000 + b',"b":1}}}')
+    doc = decode(body)
+    assert doc.cut
+    assert (doc.value["id"], doc.value["params"]["name"], doc.value["params"]["arguments"]["b"]) == (5, "t", 1)
+    found = doc.flaw(doc.value)
+    assert found is not None
+    assert found.problem == "nesting deeper than 64 levels"
+    assert found.path[:4] == ("params", "arguments", "a", 0)
+    assert len(found.path) == 64
+    batch = decode(b'[{"id":1,"params":' + b"[" * 2000 + b"]" * 2000 + b"}]")
+    item_flaw = batch.flaw(batch.value[0])
+    assert item_flaw is not None
+    assert len(item_flaw.path) == 64  # counted from the message, not the batch array
+
+
+def test_a_body_too_deep_and_too_large_to_cut_cannot_be_read() -> None:
     with pytest.raises(TooDeepToRead):
-        decode(b"[" * 2000 + b"]" * 2000)
+        decode(b'{"id":1,"params":' + b"[" * (MAX_CUT_TOKENS + 10) + b"]" * (MAX_CUT_TOKENS + 10) + b"}")
 
 
 @pytest.mark.parametrize("body", [

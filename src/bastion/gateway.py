@@ -134,7 +134,7 @@ class Gateway:
     async def audit_refused_call(self, principal: Principal, tool: ToolEntry | str, arguments: Any, *, era: Era,
                                  session_id: str | None, client_info: Mapping[str, Any] | None,
                                  request_id: str | int | None, stage: str, outcome: Outcome, reason: str,
-                                 error: BaseException | None = None) -> None:
+                                 error: BaseException | None = None, audit_error: str | None = None) -> None:
         """The record of a tools/call refused before its pipeline ran (unknown tool, malformed params, a
         request the parser refused): exactly one per call, like every other. ``tool`` is the entry when the name
         resolved, else the name as sent."""
@@ -144,7 +144,7 @@ class Gateway:
                           arguments=arguments if isinstance(arguments, dict) else {}, era=era,
                           session_id=session_id, client_info=dict(client_info) if client_info else None,
                           client_id=request_id)
-        record = CallRecord(stage=stage, decision="deny", reason=reason)
+        record = CallRecord(stage=stage, decision="deny", reason=reason, audit_error=audit_error)
         if arguments is not None and not isinstance(arguments, dict):
             record.audit_error = f"arguments were a JSON {type(arguments).__name__}, not an object: digest of {{}}"
         await self.pipeline.audit(ctx, record, outcome, None, 0.0, error=error)

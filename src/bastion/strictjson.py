@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -73,7 +73,7 @@ class NotJson(ValueError):
 
 
 class TooDeepToRead(ValueError):
-    """Nested deeper than any parser here reads (orjson's own limit): the message cannot be read at all."""
+    """Nested deeper than any parser here reads, and too large to cut down to size: the message cannot be read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +85,36 @@ class Document:
     max_depth: int
     exact: bool = False
     bracketed: bool = False
+    # The body was nested past what the parsers read; what lies below the limit was cut and replaced by a marker,
+    # so the envelope (id, method, tool name) can still be read, answered and audited.
+    cut: bool = False
 
     def flaw(self, item: Any) -> Flaw | None:
         """The first flaw of one message (the whole document, or one element of a batch), or None."""
+        if self.cut:
+            where = _marker_path(item)
+            if where is not None:
+                return Flaw(where, f"nesting deeper than {self.max_depth} levels")
         if not (self.exact or self.bracketed):
             return None
         return first_flaw(item, self.max_depth, scalars=self.exact)
 
 
 def decode(body: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Document:
-    """Parse ``body``. Raises ``NotJson`` for bytes that are not JSON, ``TooDeepToRead`` past orjson's limit."""
+    """Parse ``body``. Raises ``NotJson`` for bytes that are not JSON, and ``TooDeepToRead`` for a body nested past
+    the parsers' limits that is also too large to cut down (``MAX_CUT_TOKENS``)."""
+    try:
+        return _decode(body, max_depth)
+    except TooDeepToRead:
+        # A batch's messages sit one level down: cut each of them at the limit, not the array.
+        keep = max_depth + (1 if body.lstrip()[:1] == b"[" else 0)
+        shallow = _cut(body, keep)
+        if shallow is None:
+            raise
+        return replace(_decode(shallow, max_depth), cut=True)
+
+
+def _decode(body: bytes, max_depth: int) -> Document:
     bracketed = body.count(b"[") + body.count(b"{") > max_depth
     try:
         value = orjson.loads(body)
@@ -106,7 +126,7 @@ def decode(body: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Document:
     if _DIGITS16.search(body) is not None and _NUMBER16.search(body) is not None:
         try:
             return Document(_exact(body, "unreachable"), max_depth, exact=True, bracketed=bracketed)
-        except (NotJson, RecursionError):
+        except (NotJson, TooDeepToRead):
             pass  # deeper than the exact parser reads: the depth walk below refuses it anyway
     return Document(value, max_depth, bracketed=bracketed)
 
@@ -135,6 +155,49 @@ def first_flaw(value: Any, max_depth: int, *, scalars: bool = True) -> Flaw | No
                 if found is not None:
                     return found
         stack.extend(reversed(children))
+    return None
+
+
+# Tokens that matter for nesting: strings (skipped whole, brackets inside them are text) and brackets.
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_MARKER = "\x00bastion: nested too deeply\x00"
+_MARKER_JSON = b'"\\u0000bastion: nested too deeply\\u0000"'
+# Cutting walks the body's tokens in Python: bounded, so a huge hostile body costs milliseconds, not seconds.
+MAX_CUT_TOKENS = 20_000
+
+
+def _cut(body: bytes, keep: int) -> bytes | None:
+    """``body`` with every container below depth ``keep`` replaced by a marker string; None past the budget."""
+    out: list[bytes] = []
+    last = depth = 0
+    start: int | None = None
+    for count, token in enumerate(_TOKEN.finditer(body)):
+        if count >= MAX_CUT_TOKENS:
+            return None
+        first = body[token.start()]
+        if first == 0x22:  # '"': a string
+            continue
+        if first in b"[{":
+            depth += 1
+            if depth == keep + 1:
+                start = token.start()
+        else:
+            if depth == keep + 1 and start is not None:
+                out += (body[last:start], _MARKER_JSON)
+                last, start = token.end(), None
+            depth -= 1
+    out.append(body[last:])
+    return b"".join(out)
+
+
+def _marker_path(value: Any) -> tuple[str | int, ...] | None:
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        node, path = stack.pop()
+        if node == _MARKER:
+            return path
+        if _container(node):
+            stack.extend(reversed([(child, (*path, key)) for key, child in _items(node)]))
     return None
 
 

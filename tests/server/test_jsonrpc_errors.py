@@ -68,8 +68,8 @@ CASES = [
     Case("NaN is not JSON", raw('{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":NaN}}'), -32700,
          "Parse error", None, 400),
     Case("a scalar", b"5", -32600, "must be an object", None, 400),
-    Case("nested past any parser", b'{"jsonrpc":"2.0","id":1,"params":' + b"[" * 1100 + b"]" * 1100 + b"}",
-         -32600, "nested deeper than 64 levels", None, 400),
+    Case("too deep and too large to read", b'{"jsonrpc":"2.0","id":1,"params":' + b"[" * 30_000 + b"]" * 30_000
+         + b"}", -32600, "nested deeper than 64 levels", None, 400),
     # -- the id itself is invalid: null, as JSON-RPC says ---------------------------------------------------
     Case("id null", req(None), -32600, "id must be a string or an integer", None, 400),
     Case("id boolean", req(True), -32600, "id must be", None, 400),
@@ -91,6 +91,10 @@ CASES = [
     Case("params an array", req(12, "tools/list", [1]), -32602, "params must be an object", 12, 400),
     Case("arguments too deep", call(13, deep(80)), -32602, "nesting deeper than 64 levels at params.arguments",
          13, 400, audited=True),
+    Case("arguments deeper than any parser reads", raw('{"jsonrpc":"2.0","id":"deep","method":"tools/call","params":'
+                                                       '{"name":"basic__echo","arguments":{"a":' + "[" * 3000
+                                                       + "]" * 3000 + "}}}"),
+         -32602, "nesting deeper than 64 levels at params.arguments.a[0]", "deep", 400, audited=True),
     Case("integer beyond 2^53-1", raw('{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":'
                                       '"basic__echo","arguments":{"n":9007199254740993}}}'), -32602,
          "outside the JSON-safe range ±(2^53-1) at params.arguments.n", 14, 400, audited=True),
@@ -177,6 +181,9 @@ async def test_front_door_error(door: FrontDoor, case: Case) -> None:
         assert records[0]["request_id"] == case.rid
         assert records[0]["decision"] == "deny"
         assert records[0]["error"]["code"] == case.code
+        assert records[0]["tool"]["name"] in ("basic__echo", "nope__x", "")
+        if case.name == "arguments deeper than any parser reads":
+            assert "cut at the depth limit" in records[0]["audit_error"]
     else:
         assert records == []
 

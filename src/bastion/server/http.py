@@ -160,7 +160,7 @@ class McpEndpoint:
         try:
             msg = jsonrpc.classify(body, doc.flaw(body))
         except MessageRejected as exc:
-            await self._audit_rejected_call(principal, body, exc)
+            await self._audit_rejected_call(principal, body, exc, cut=doc.cut)
             return self._rejected(exc)
 
         # The era first: a request carrying 2026-07-28 _meta is stateless whatever its method, so an `initialize`
@@ -186,7 +186,8 @@ class McpEndpoint:
             log.info("request.rejected", code=exc.code, reason=exc.message, detail=exc.log_detail[:500])
         return json_response(jsonrpc.error(exc.request_id, exc), exc.http_status)
 
-    async def _audit_rejected_call(self, principal: Principal, body: Any, exc: MessageRejected) -> None:
+    async def _audit_rejected_call(self, principal: Principal, body: Any, exc: MessageRejected, *,
+                                   cut: bool = False) -> None:
         """A tools/call the parser refused (arguments too deep, unrepresentable values) is still a call: it gets
         its one audit record. Its era is read from the body; its session is not recorded (not yet verified)."""
         if not isinstance(body, dict) or body.get("method") != "tools/call" or "id" not in body:
@@ -197,7 +198,9 @@ class McpEndpoint:
         await self.gw.audit_refused_call(
             principal, name if isinstance(name, str) else "", params.get("arguments"),
             era="modern" if d.META_VERSION in meta else "legacy", session_id=None, client_info=None,
-            request_id=exc.request_id, stage="parse", outcome="invalid_input", reason=exc.message, error=exc)
+            request_id=exc.request_id, stage="parse", outcome="invalid_input", reason=exc.message, error=exc,
+            audit_error="arguments: nested past what the parser reads; the digest is of the arguments cut at the "
+                        "depth limit" if cut else None)
 
     async def _initialize(self, principal: Principal, msg: jsonrpc.Message) -> Response:
         params = msg.params
@@ -362,7 +365,7 @@ class McpEndpoint:
             try:
                 msg = jsonrpc.classify(item, doc.flaw(item))
             except MessageRejected as exc:
-                await self._audit_rejected_call(principal, item, exc)
+                await self._audit_rejected_call(principal, item, exc, cut=doc.cut)
                 answers.append(jsonrpc.error(exc.request_id, exc))
                 continue
             if msg.kind == "request" and msg.method == "initialize":
