@@ -23,6 +23,7 @@ from bastion.principal import Principal
 from bastion.server.log_relay import log_targets, stamped
 from bastion.server.sessions import LiveSessions, SessionStore
 from bastion.settings import Settings
+from bastion.strictjson import printable
 from bastion.tool import ToolEntry
 from bastion.upstream.base import RelatedMessageHandler
 
@@ -138,8 +139,10 @@ class Gateway:
         """The record of a tools/call refused before its pipeline ran (unknown tool, malformed params, a
         request the parser refused): exactly one per call, like every other. ``tool`` is the entry when the name
         resolved, else the name as sent."""
+        # The name as sent, made encodable: it becomes a metrics label too, and a lone surrogate there would break
+        # the /metrics page, not just this record.
         entry = tool if isinstance(tool, ToolEntry) else ToolEntry(
-            public_name=tool[:200], upstream="", original_name="", definition={}, upstream_definition={})
+            public_name=printable(tool[:200]), upstream="", original_name="", definition={}, upstream_definition={})
         ctx = CallContext(request_id=secrets.token_hex(8), principal=principal, tool=entry,
                           arguments=arguments if isinstance(arguments, dict) else {}, era=era,
                           session_id=session_id, client_info=dict(client_info) if client_info else None,

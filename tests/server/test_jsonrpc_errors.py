@@ -224,3 +224,17 @@ async def test_the_depth_limit_is_configurable(tmp_path: Path) -> None:
         assert refused.status_code == 400
         assert refused.json()["error"] == {"code": -32602, "message": "Invalid params: nesting deeper than 8 "
                                            "levels at params.arguments.d.a.a.a.a.a"}
+
+
+async def test_a_refused_name_is_recorded_encodable_and_metrics_still_render(door: FrontDoor) -> None:
+    headers = await door.session()
+    before = len(door.records())
+    r = await door.post(raw('{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"ev\\ud800il",'
+                            '"arguments":{}}}'), headers)
+    [answer] = parse_body(r)
+    assert (r.status_code, answer["id"], answer["error"]["code"]) == (400, 50, -32602)
+    [record] = door.records()[before:]
+    assert record["tool"]["name"] == "ev\ufffdil"
+    metrics = await door.client.get("/metrics")
+    assert metrics.status_code == 200
+    assert 'tool="ev\ufffdil"' in metrics.text
