@@ -278,6 +278,11 @@ class McpEndpoint:
             if current is not None and current.cancelling():
                 raise
             return jsonrpc.error(msg.id, ProtocolError(-32603, "Request cancelled"))
+        except Exception:
+            # A bug outside the pipeline (which records and answers its own failures): say "internal error" with
+            # the request's id, not "cancelled", and leave the traceback in the log.
+            log.error("request.crashed", method=msg.method[:100], exc_info=True)
+            return jsonrpc.error(msg.id, ProtocolError(-32603, "Internal error"))
         finally:
             if live is not None and msg.id is not None:
                 live.inflight.pop(msg.id, None)
