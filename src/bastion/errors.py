@@ -38,6 +38,7 @@ UPSTREAM_TIMEOUT = -31003
 LIMITER_UNAVAILABLE = -31004
 AUDIT_UNAVAILABLE = -31005
 REQUEST_TOO_LARGE = -31006
+POLICY_DENIED = -31007
 # A tool whose upstream's definitions are being re-checked after a change (refresh gate): retry shortly.
 CATALOGUE_CHANGING = -31010
 
@@ -147,12 +148,37 @@ class InvalidParams(ProtocolError):
         super().__init__(INVALID_PARAMS, message, data=data, http_status=http_status, log_detail=log_detail)
 
 
+class MessageRejected(ProtocolError):
+    """A JSON-RPC message refused before dispatch (malformed envelope, unrepresentable or too deeply nested
+    values). ``request_id`` is the message's id when it could be read, so the error response carries it."""
+
+    def __init__(self, code: int, message: str, *, request_id: str | int | None = None,
+                 log_detail: str | None = None) -> None:
+        super().__init__(code, message, http_status=400, log_detail=log_detail)
+        self.request_id = request_id
+
+
 class UnknownTool(InvalidParams):
     """Unknown tool, or (by default) a tool the policy hides: the two must look the same to the caller."""
 
     def __init__(self, name: str, *, log_detail: str | None = None) -> None:
         super().__init__(f"Unknown tool: {name}", log_detail=log_detail)
         self.name = name
+
+
+class PolicyDenied(ProtocolError):
+    """A call the policy denied, explained because the admin opted in (``reveal: true``). Distinct from
+    ``UnknownTool`` on purpose: the caller learns the tool exists and which rule stands in its way."""
+
+    def __init__(self, tool: str, rule_id: str | None, description: str | None, *,
+                 log_detail: str | None = None) -> None:
+        why = f"rule '{rule_id}'" if rule_id is not None else "default deny (no rule allows it)"
+        text = f"Call to {tool} denied by policy: {why}"
+        if description:
+            text += f": {description}"
+        super().__init__(POLICY_DENIED, text, data={"tool": tool, "rule": rule_id, "description": description},
+                         log_detail=log_detail)
+        self.rule_id = rule_id
 
 
 class MethodNotFound(ProtocolError):

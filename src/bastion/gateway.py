@@ -16,13 +16,14 @@ from typing import Any, Protocol
 import structlog
 
 from bastion import catalogue as cat
-from bastion.errors import UpstreamRpcError, UpstreamUnavailable
-from bastion.pipeline import CallContext, CallRecord, Era, Pipeline
+from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamUnavailable
+from bastion.pipeline import CallContext, CallRecord, Era, Outcome, Pipeline
 from bastion.pool import UpstreamPool
 from bastion.principal import Principal
 from bastion.server.log_relay import log_targets, stamped
 from bastion.server.sessions import LiveSessions, SessionStore
 from bastion.settings import Settings
+from bastion.strictjson import printable
 from bastion.tool import ToolEntry
 from bastion.upstream.base import RelatedMessageHandler
 
@@ -124,14 +125,32 @@ class Gateway:
                                    log_detail=exc.log_detail) from None
 
     async def audit_unknown_tool(self, principal: Principal, name: str, arguments: dict[str, Any], *,
-                                 era: Era, session_id: str | None, client_info: Mapping[str, Any] | None) -> None:
+                                 era: Era, session_id: str | None, client_info: Mapping[str, Any] | None,
+                                 request_id: str | int | None = None) -> None:
         """An unknown tool is a call too: it gets its audit record like every other."""
-        entry = ToolEntry(public_name=name[:200], upstream="", original_name="", definition={},
-                          upstream_definition={})
-        ctx = CallContext(request_id=secrets.token_hex(8), principal=principal, tool=entry, arguments=arguments,
-                          era=era, session_id=session_id, client_info=dict(client_info) if client_info else None)
-        record = CallRecord(stage="resolve", decision="deny", reason="unknown tool")
-        await self.pipeline.audit(ctx, record, "denied", None, 0.0)
+        await self.audit_refused_call(principal, name, arguments, era=era, session_id=session_id,
+                                      client_info=client_info, request_id=request_id, stage="resolve",
+                                      outcome="denied", reason="unknown tool", error=UnknownTool(name[:200]))
+
+    async def audit_refused_call(self, principal: Principal, tool: ToolEntry | str, arguments: Any, *, era: Era,
+                                 session_id: str | None, client_info: Mapping[str, Any] | None,
+                                 request_id: str | int | None, stage: str, outcome: Outcome, reason: str,
+                                 error: BaseException | None = None, audit_error: str | None = None) -> None:
+        """The record of a tools/call refused before its pipeline ran (unknown tool, malformed params, a
+        request the parser refused): exactly one per call, like every other. ``tool`` is the entry when the name
+        resolved, else the name as sent."""
+        # The name as sent, made encodable: it becomes a metrics label too, and a lone surrogate there would break
+        # the /metrics page, not just this record.
+        entry = tool if isinstance(tool, ToolEntry) else ToolEntry(
+            public_name=printable(tool[:200]), upstream="", original_name="", definition={}, upstream_definition={})
+        ctx = CallContext(request_id=secrets.token_hex(8), principal=principal, tool=entry,
+                          arguments=arguments if isinstance(arguments, dict) else {}, era=era,
+                          session_id=session_id, client_info=dict(client_info) if client_info else None,
+                          client_id=request_id)
+        record = CallRecord(stage=stage, decision="deny", reason=reason, audit_error=audit_error)
+        if arguments is not None and not isinstance(arguments, dict):
+            record.audit_error = f"arguments were a JSON {type(arguments).__name__}, not an object: digest of {{}}"
+        await self.pipeline.audit(ctx, record, outcome, None, 0.0, error=error)
 
     @property
     def unprefixed(self) -> Sequence[str]:

@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 import orjson
 
-from bastion.errors import INVALID_REQUEST, PARSE_ERROR, ProtocolError
+from bastion import strictjson
+from bastion.errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, MessageRejected, ProtocolError
 
 RequestId = str | int
 Kind = Literal["request", "notification", "response"]
@@ -39,6 +40,7 @@ class Message:
 
 
 def loads(body: bytes) -> Any:
+    """Parse without the front door's checks (for trusted peers and tests); ``parse`` is the front door's."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -46,33 +48,71 @@ def loads(body: bytes) -> Any:
                             log_detail=str(exc)) from None
 
 
+def parse(body: bytes, max_depth: int = strictjson.DEFAULT_MAX_DEPTH) -> strictjson.Document:
+    """Parse a client's body; ``Document.flaw`` then locates what ``classify`` must refuse.
+
+    Raises ``-32700`` for bytes that are not JSON, and ``-32600`` (no id: it cannot be read) for a body nested
+    deeper than any parser here reads.
+    """
+    try:
+        return strictjson.decode(body, max_depth)
+    except strictjson.NotJson as exc:
+        raise MessageRejected(PARSE_ERROR, "Parse error: body is not valid JSON", log_detail=exc.detail) from None
+    except strictjson.TooDeepToRead as exc:
+        raise MessageRejected(INVALID_REQUEST, f"Invalid Request: JSON nested deeper than {max_depth} levels",
+                              log_detail=str(exc)) from None
+
+
 def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj)
 
 
-def classify(obj: Any) -> Message:
-    """Validate one JSON-RPC message and say what it is. Raises -32600 for anything malformed."""
-    if not isinstance(obj, dict):
-        raise ProtocolError(INVALID_REQUEST, "Invalid Request: a JSON-RPC message must be an object",
-                            http_status=400)
-    if obj.get("jsonrpc") != "2.0":
-        raise ProtocolError(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', http_status=400)
-    has_id = "id" in obj
+def readable_id(obj: Any, flaw: strictjson.Flaw | None = None) -> RequestId | None:
+    """The message's id if it is one a response may echo (a string or a safe integer), else None."""
+    if not isinstance(obj, dict) or (flaw is not None and flaw.path[:1] == ("id",)):
+        return None
     rid = obj.get("id")
-    if has_id and (isinstance(rid, bool) or not isinstance(rid, str | int)):
-        raise ProtocolError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer",
-                            http_status=400)
+    if isinstance(rid, bool) or not isinstance(rid, str | int):
+        return None
+    if isinstance(rid, int) and not -strictjson.MAX_SAFE_INTEGER <= rid <= strictjson.MAX_SAFE_INTEGER:
+        return None
+    if isinstance(rid, str) and strictjson.printable(rid) != rid:
+        return None
+    return rid
+
+
+def classify(obj: Any, flaw: strictjson.Flaw | None = None) -> Message:
+    """Validate one JSON-RPC message and say what it is.
+
+    Raises ``MessageRejected``: ``-32600`` for a malformed envelope, ``-32602`` for params that cannot be
+    accepted (``flaw`` inside them), each carrying the message's id whenever it could be read.
+    """
+    if not isinstance(obj, dict):
+        raise MessageRejected(INVALID_REQUEST, "Invalid Request: a JSON-RPC message must be an object")
+    rid = readable_id(obj, flaw)
+    if obj.get("jsonrpc") != "2.0":
+        raise MessageRejected(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', request_id=rid)
+    has_id = "id" in obj
+    if has_id and rid is None:
+        raise MessageRejected(INVALID_REQUEST, "Invalid Request: id must be a string or an integer within "
+                              "±(2^53-1), without lone surrogates")
+    if flaw is not None:
+        where = flaw.where()
+        if flaw.path[:1] == ("params",):
+            raise MessageRejected(INVALID_PARAMS, f"Invalid params: {flaw.problem} at {where}", request_id=rid)
+        raise MessageRejected(INVALID_REQUEST, f"Invalid Request: {flaw.problem} at {where}", request_id=rid)
     if "method" in obj:
         if not isinstance(obj["method"], str) or not obj["method"]:
-            raise ProtocolError(INVALID_REQUEST, "Invalid Request: method must be a non-empty string",
-                                http_status=400)
+            raise MessageRejected(INVALID_REQUEST, "Invalid Request: method must be a non-empty string",
+                                  request_id=rid)
         if "params" in obj and not isinstance(obj["params"], dict):
-            raise ProtocolError(INVALID_REQUEST, "Invalid Request: params must be an object", http_status=400)
+            # JSON-RPC allows positional (array) params; MCP methods take an object.
+            raise MessageRejected(INVALID_PARAMS, "Invalid params: params must be an object", request_id=rid)
         return Message("request" if has_id else "notification", obj)
     if has_id and (("result" in obj) != ("error" in obj)):
         return Message("response", obj)
-    raise ProtocolError(INVALID_REQUEST, "Invalid Request: neither a request, a notification nor a response",
-                        http_status=400)
+    raise MessageRejected(INVALID_REQUEST, "Invalid Request: neither a request, a notification nor a response",
+                          request_id=rid)
 
 
 def result(rid: RequestId | None, value: dict[str, Any]) -> dict[str, Any]:

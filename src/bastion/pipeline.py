@@ -18,20 +18,29 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from bastion.errors import RequestError, ToolError, UpstreamTimeout
+import structlog
+
+from bastion.errors import INTERNAL_ERROR, AuditUnavailable, ProtocolError, RequestError, ToolError, UpstreamTimeout
 from bastion.principal import Principal
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 from bastion.tool import ToolEntry
 
+log = structlog.get_logger("bastion.pipeline")
+
 Era = Literal["legacy", "modern"]
 # Stages are the guards' names plus these; kept as plain strings so a new guard needs no edit here.
-STAGES = ("resolve", "quarantine", "policy", "ratelimit", "input_schema", "forward", "result_shape", "output_schema",
+STAGES = ("parse", "resolve", "quarantine", "policy", "ratelimit", "input_schema", "forward", "result_shape",
+          "output_schema",
           "sanitize", "complete")
 
 
 @dataclass(frozen=True, slots=True)
 class CallContext:
-    """Everything a guard may base a decision on. Immutable: guards annotate the ``CallRecord`` instead."""
+    """Everything a guard may base a decision on. Immutable: guards annotate the ``CallRecord`` instead.
+
+    ``request_id`` is bastion's own id for the call, unique per gateway (the audit record's ``call_id``);
+    ``client_id`` is the JSON-RPC id the client sent (the audit record's ``request_id``).
+    """
 
     request_id: str
     principal: Principal
@@ -41,6 +50,7 @@ class CallContext:
     session_id: str | None = None
     client_info: dict[str, Any] | None = None
     traceparent: str | None = None
+    client_id: str | int | None = None
 
 
 @dataclass(slots=True)
@@ -66,6 +76,8 @@ class CallRecord:
     limits: tuple[RateLimitSpec, ...] = ()
     concurrency: tuple[ConcurrencySpec, ...] = ()
     cost: int = 1
+    # What went wrong that is not the call's own outcome (a guard that failed unexpectedly): kept in the record.
+    audit_error: str | None = None
 
 
 class RequestGuard(Protocol):
@@ -158,14 +170,34 @@ class Pipeline:
         except asyncio.CancelledError:
             outcome, record.decision = "client_disconnected", "error"
             record.reason = record.reason or "call cancelled by the client"
-            await self.audit(ctx, record, outcome, None, (time.perf_counter() - started) * 1000)
+            await self._audit(ctx, record, outcome, None, started)
             raise
+        except Exception as exc:
+            # A guard, the forward or a response guard failed in a way it should not (a bug, or a foreign
+            # exception nobody translated). The call still gets its record, and the client a plain internal error.
+            log.error("pipeline.failed", stage=record.stage, tool=ctx.tool.public_name[:200],
+                      error=type(exc).__name__, exc_info=True)
+            outcome, record.decision = "error", "error"
+            record.reason = f"internal error in stage {record.stage}"
+            record.audit_error = f"{record.stage}: {type(exc).__name__}: {str(exc)[:512]}"
+            failure = ProtocolError(INTERNAL_ERROR, "Internal error", log_detail=record.audit_error)
         if outcome == "allowed" and result is not None and result.get("isError") is True:
             record.extra["upstream_is_error"] = True
         # Audit before answering: with audit.required the hook raises and the caller gets an error instead of
         # a result that was never recorded.
-        await self.audit(ctx, record, outcome, result, (time.perf_counter() - started) * 1000, error=failure)
+        await self._audit(ctx, record, outcome, result if failure is None else None, started, failure)
         if failure is not None:
             raise failure
         assert result is not None
         return result
+
+    async def _audit(self, ctx: CallContext, record: CallRecord, outcome: Outcome, result: dict[str, Any] | None,
+                     started: float, failure: BaseException | None = None) -> None:
+        try:
+            await self.audit(ctx, record, outcome, result, (time.perf_counter() - started) * 1000, error=failure)
+        except AuditUnavailable:
+            raise
+        except Exception:
+            # The hook is total by contract (``CallAuditor`` falls back to a minimal record); if one is not, the
+            # answer still goes out and the failure is loud in the log.
+            log.error("audit.hook_failed", tool=ctx.tool.public_name[:200], exc_info=True)

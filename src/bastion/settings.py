@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 from bastion.catalogue_limits import CatalogueLimits
 from bastion.errors import ConfigError
 from bastion.server.state import StateConfig
+from bastion.strictjson import DEFAULT_MAX_DEPTH, MAX_CONFIGURABLE_DEPTH
 from bastion.units import parse_duration, parse_size
 from bastion.yamlfile import YamlDoc, expand_env, load_yaml_file, load_yaml_text
 
@@ -47,6 +48,8 @@ class ListenConfig:
     # http.refused audit records: a token bucket per refusal reason, so a flood cannot fill the disk.
     refusal_audit_burst: int = 20
     refusal_audit_per_minute: int = 12
+    # Deepest JSON nesting accepted in a message (the envelope counts: params.arguments start at level 3).
+    max_json_depth: int = 64
 
     @property
     def is_loopback(self) -> bool:
@@ -153,8 +156,8 @@ CORE_KEYS = {"listen", "redis", "upstreams", "catalogue", "sessions", "logging",
 
 
 def _listen(data: Mapping[str, Any]) -> ListenConfig:
-    check_keys(data, {"host", "port", "path", "allowed_origins", "allowed_hosts", "max_body_size", *_LIMIT_KEYS},
-               "listen")
+    check_keys(data, {"host", "port", "path", "allowed_origins", "allowed_hosts", "max_body_size",
+                      "max_json_depth", *_LIMIT_KEYS}, "listen")
     path = data.get("path", "/mcp")
     if not isinstance(path, str) or not path.startswith("/"):
         raise ConfigError("must be an absolute URL path such as /mcp", path="listen.path")
@@ -169,6 +172,7 @@ def _listen(data: Mapping[str, Any]) -> ListenConfig:
         allowed_hosts=as_str_list(data.get("allowed_hosts"), "listen.allowed_hosts"),
         max_body_bytes=parse_size(data.get("max_body_size", 4 * 1024 * 1024), "listen.max_body_size"),
         **_listen_limits(data),
+        max_json_depth=_json_depth(data.get("max_json_depth", DEFAULT_MAX_DEPTH)),
     )
 
 
@@ -197,6 +201,14 @@ def _listen_limits(data: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError("cannot exceed listen.max_header_size (the request line counts towards it)",
                           path="listen.max_target_size")
     return out
+
+
+def _json_depth(value: Any) -> int:
+    depth = as_int(value, "listen.max_json_depth", minimum=8)
+    if depth > MAX_CONFIGURABLE_DEPTH:
+        raise ConfigError(f"at most {MAX_CONFIGURABLE_DEPTH} (deeper messages are refused by the parser itself)",
+                          path="listen.max_json_depth")
+    return depth
 
 
 def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:

@@ -33,7 +33,7 @@ def context(arguments: dict[str, Any] | None = None, *, traceparent: str | None 
                      definition={"name": "files__read"}, upstream_definition={"name": "read"})
     principal = Principal(id="alice", groups=frozenset({"eng", "admins"}),
                           attributes={"email": "alice@example.com"}, auth_method="jwt")
-    return CallContext(request_id="req-1", principal=principal, tool=tool,
+    return CallContext(request_id="call-1", client_id="req-1", principal=principal, tool=tool,
                        arguments=arguments if arguments is not None else {"path": "/etc/hosts"},
                        era="modern", session_id="sess-1",
                        client_info={"name": "claude", "version": "1.2", "description": "free text"},

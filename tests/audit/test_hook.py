@@ -39,16 +39,17 @@ async def test_one_record_per_call_under_concurrency(tmp_path: Path) -> None:
         outcome, template = OUTCOMES[i % len(OUTCOMES)]
         rec = CallRecord(stage=template.stage, rule_id=template.rule_id, limit=template.limit,
                          violations=list(template.violations), upstream_ms=template.upstream_ms)
-        ctx = dataclasses.replace(context({"i": i}), request_id=f"q{i}")
+        ctx = dataclasses.replace(context({"i": i}), request_id=f"q{i}", client_id=i)
         await auditor(ctx, rec, outcome, None, 10.0)
 
     await asyncio.gather(*(one(i) for i in range(240)))
     await audit.close()
     docs = [json.loads(line) for line in path.read_bytes().splitlines()]
-    assert sorted(d["request_id"] for d in docs) == sorted(f"q{i}" for i in range(240))
+    assert sorted(d["call_id"] for d in docs) == sorted(f"q{i}" for i in range(240))
     for d in docs:
         assert_valid(d)
-        i = int(d["request_id"][1:])
+        i = d["request_id"]  # the client's id, as sent (an integer here)
+        assert d["call_id"] == f"q{i}"
         assert d["outcome"] == OUTCOMES[i % len(OUTCOMES)][0]
         assert d["time"] == "2026-01-01T00:00:00.490Z"  # the clock read at the end, minus the call's duration
     samples = _samples(metrics)

@@ -87,7 +87,7 @@ def test_every_outcome_builds_a_valid_record(outcome: str) -> None:
     assert doc["tool"] == {"name": "files__read", "upstream": "files", "original": "read"}
     assert doc["principal"] == {"id": "alice", "groups": ["admins", "eng"], "auth_method": "jwt"}
     assert doc["client"] == {"name": "claude", "version": "1.2"}
-    assert (doc["request_id"], doc["session"], doc["era"]) == ("req-1", "sess-1", "modern")
+    assert (doc["request_id"], doc["call_id"], doc["session"], doc["era"]) == ("req-1", "call-1", "sess-1", "modern")
     assert doc["violations"] == rec.violations
     if error is not None and outcome != "error":
         assert doc["error"]["type"] == type(error).__name__

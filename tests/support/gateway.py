@@ -93,7 +93,9 @@ class GatewayProcess:
         out = []
         if not self.stdout_path.exists():
             return out
-        for line in self.stdout_path.read_text().splitlines():
+        text = self.stdout_path.read_text()
+        # Only complete lines: the gateway may be half-way through writing the last one.
+        for line in text[: text.rfind("\n") + 1].split("\n"):  # not splitlines: U+2028 is not a line end here
             line = line.strip()
             if not line.startswith("{"):
                 continue

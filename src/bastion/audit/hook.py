@@ -10,12 +10,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import structlog
+
 from bastion.audit.log import AuditLog
-from bastion.audit.record import as_outcome, call_record
+from bastion.audit.record import as_outcome, call_record, fallback_call_record
 from bastion.metrics import Metrics
 from bastion.pipeline import CallContext, CallRecord
 
 __all__ = ["CallAuditor"]
+
+_log = structlog.get_logger("bastion.audit")
 
 
 class CallAuditor:
@@ -36,11 +40,21 @@ class CallAuditor:
                        total_ms: float, *, error: BaseException | None = None) -> None:
         """``error``, when the pipeline passes the exception that ended the call, fills the record's ``error``
         object and refines the outcome (``upstream_unavailable`` vs ``upstream_error``, ``limiter_unavailable``)."""
-        doc = call_record(ctx, record, started_at=self._clock() - total_ms / 1000, total_ms=total_ms,
-                          outcome=None if error is not None else as_outcome(outcome), error=error, result=result,
-                          log_arguments=self.audit.log_arguments, redact=self.redact)
+        started_at = self._clock() - total_ms / 1000
+        try:
+            doc = call_record(ctx, record, started_at=started_at, total_ms=total_ms,
+                              outcome=None if error is not None else as_outcome(outcome), error=error,
+                              result=result, log_arguments=self.audit.log_arguments, redact=self.redact)
+        except Exception as exc:
+            # Never expected (every builder step is total); if one is not, the call is still recorded.
+            _log.error("audit.record_failed", error=type(exc).__name__, exc_info=True)
+            doc = fallback_call_record(ctx, record, started_at=started_at, total_ms=total_ms,
+                                       outcome=as_outcome(outcome), problem=f"{type(exc).__name__}: {exc}"[:512])
         if self.metrics is not None:
-            self._observe(self.metrics, ctx, record, doc)
+            try:
+                self._observe(self.metrics, ctx, record, doc)
+            except Exception:
+                _log.error("audit.metrics_failed", exc_info=True)
         await self.audit.emit(doc)
 
     @staticmethod

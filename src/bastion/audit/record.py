@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ from bastion.errors import (
 )
 from bastion.pipeline import CallContext, CallRecord, Era
 from bastion.principal import Principal
+from bastion.strictjson import MAX_SAFE_INTEGER, printable
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -48,9 +50,11 @@ __all__ = [
     "as_outcome",
     "auth_failure_record",
     "call_record",
+    "canonical_json",
     "catalogue_drop_record",
     "classify_outcome",
     "definition_finding_record",
+    "fallback_call_record",
     "http_refused_record",
     "pin_approve_record",
     "pin_drift_record",
@@ -99,6 +103,9 @@ _SECRET_KEY_HINTS = ("password", "passwd", "secret", "token", "apikey", "api_key
 _MASK = "[REDACTED]"
 _MAX_STRING = 4096
 _MAX_SHORT = 256
+# Logged arguments are cut below this depth (and the rest replaced by a marker): a record is for reading.
+_MAX_LOGGED_DEPTH = 32
+_DEEPER = "[nested too deeply to log]"
 
 
 def rfc3339(epoch_s: float) -> str:
@@ -106,14 +113,103 @@ def rfc3339(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def arguments_digest(arguments: Mapping[str, Any] | None) -> str:
+def arguments_digest(arguments: Any) -> str:
     """``sha256:<hex>`` of the canonical JSON of ``arguments`` (keys sorted, no whitespace, UTF-8).
 
-    Two calls with the same arguments get the same digest whatever the key order the client sent.
+    Two calls with the same arguments get the same digest whatever the key order the client sent. Total: any
+    value gets a digest (see ``canonical_json`` for the values orjson cannot encode).
     """
-    canonical = orjson.dumps(dict(arguments or {}), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
-                             default=_unjsonable)
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+    return _digest(arguments)[0]
+
+
+def canonical_json(value: Any) -> bytes:
+    """Canonical JSON of any value, never raising: orjson's encoding (sorted keys, compact, UTF-8) when it
+    can, else the same form written out iteratively, for what orjson refuses: nesting deeper than 254 levels,
+    integers beyond 64 bits (written exactly), lone surrogates (written as their ``\\udXXX`` escape, as JSON
+    text carries them), non-string keys (``str(key)``), other objects (their ``repr`` as a string)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=_unjsonable)
+    except (TypeError, ValueError):
+        return _canonical_fallback(value)
+
+
+def _digest(arguments: Any) -> tuple[str, str | None]:
+    """The digest, and a note for ``audit_error`` when it could not be the standard canonical encoding."""
+    value = {} if arguments is None else arguments
+    note = None
+    try:
+        canonical = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+                                 default=_unjsonable)
+    except (TypeError, ValueError) as exc:
+        canonical = _canonical_fallback(value)
+        note = f"arguments_digest: orjson refused the arguments ({exc}); digest of the fallback canonical form"
+    return "sha256:" + hashlib.sha256(canonical).hexdigest(), note
+
+
+def _canonical_fallback(value: Any) -> bytes:
+    out: list[bytes] = []
+    # A stack of pending work: bytes are written as they are, anything else is a value still to encode.
+    stack: list[Any] = [_Pending(value)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bytes):
+            out.append(item)
+            continue
+        node = item.value
+        if isinstance(node, Mapping):
+            pairs = sorted(((k if isinstance(k, str) else str(k)), v) for k, v in _mapping_items(node))
+            stack.append(b"}")
+            for index in range(len(pairs) - 1, -1, -1):
+                key, child = pairs[index]
+                stack.append(_Pending(child))
+                stack.append(_json_string(key) + b":")
+                if index:
+                    stack.append(b",")
+            stack.append(b"{")
+        elif isinstance(node, list | tuple):
+            stack.append(b"]")
+            for index in range(len(node) - 1, -1, -1):
+                stack.append(_Pending(node[index]))
+                if index:
+                    stack.append(b",")
+            stack.append(b"[")
+        else:
+            out.append(_json_scalar(node))
+    return b"".join(out)
+
+
+class _Pending:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _mapping_items(node: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+    return list(node.items())
+
+
+def _json_string(text: str) -> bytes:
+    # backslashreplace writes a lone surrogate as \udXXX: the JSON escape that denotes it.
+    return json.dumps(text, ensure_ascii=False).encode("utf-8", "backslashreplace")
+
+
+def _json_scalar(value: Any) -> bytes:
+    if value is None:
+        return b"null"
+    if value is True:
+        return b"true"
+    if value is False:
+        return b"false"
+    if isinstance(value, int):
+        # Python refuses to print integers past ~4300 digits; such a number is summarised, not lost silently.
+        return str(value).encode() if value.bit_length() < 14_000 else \
+            _json_string(f"<integer of {value.bit_length()} bits>")
+    if isinstance(value, float):
+        return repr(value).encode() if math.isfinite(value) else b"null"
+    if isinstance(value, str):
+        return _json_string(value)
+    return _json_string(_unjsonable(value))
 
 
 def as_outcome(name: str) -> Outcome:
@@ -140,7 +236,7 @@ def classify_outcome(record: CallRecord | None, error: BaseException | None) -> 
     if isinstance(error, AuditUnavailable):
         return "audit_unavailable"
     stage = record.stage if record is not None else None
-    if stage == "input_schema":
+    if stage in ("input_schema", "parse"):
         return "invalid_input"
     if stage == "output_schema":
         return "invalid_output"
@@ -161,7 +257,8 @@ def call_record(
     outcome: Outcome | None = None,
     error: BaseException | None = None,
     upstream_ms: float | None = None,
-    request_id: str | None = None,
+    request_id: str | int | None = None,
+    call_id: str | None = None,
     session: str | None = None,
     era: Era | None = None,
     principal: Principal | None = None,
@@ -187,7 +284,8 @@ def call_record(
     if out == "allowed" and any(rec.sanitize.values()):
         out = "sanitized"
     if ctx is not None:
-        request_id = request_id if request_id is not None else ctx.request_id
+        request_id = request_id if request_id is not None else ctx.client_id
+        call_id = call_id if call_id is not None else ctx.request_id
         session = session if session is not None else ctx.session_id
         era = era if era is not None else ctx.era
         principal = principal if principal is not None else ctx.principal
@@ -202,8 +300,10 @@ def call_record(
 
     doc = _envelope(event, started_at, request_id=request_id, session=session, era=era, principal=principal,
                     client_info=client_info, traceparent=traceparent)
-    doc["tool"] = {"name": _short(public_tool), "upstream": _short_or_none(upstream),
-                   "original": _short_or_none(original_tool)}
+    doc["call_id"] = _short_or_none(call_id)
+    # An unknown tool has neither upstream nor original name: null, as documented (never "").
+    doc["tool"] = {"name": _short(public_tool), "upstream": _short_or_none(upstream or None),
+                   "original": _short_or_none(original_tool or None)}
     doc["decision"] = _DECISIONS[out]
     doc["outcome"] = out
     doc["stage"] = stage
@@ -214,15 +314,47 @@ def call_record(
     doc["shadow_denies"] = list(rec.shadow)
     doc["sanitize"] = {str(k): int(v) for k, v in rec.sanitize.items()}
     doc["error"] = _error_summary(error)
-    doc["arguments_digest"] = arguments_digest(arguments)
+    problems = [p for p in (rec.audit_error,) if p]
+    doc["arguments_digest"], note = _digest(arguments)
+    if note:
+        problems.append(note)
     if log_arguments:
-        doc["arguments"] = _redact_value(dict(arguments or {}), redact)
+        doc["arguments"] = _logged_arguments(arguments, redact)
     doc["result"] = _result_summary(result)
     doc["latency_ms"] = _latency(total_ms, up_ms)
+    if problems:
+        doc["audit_error"] = _short("; ".join(problems), _MAX_STRING)
     return doc
 
 
-def tools_list_record(*, at: float, shown: int, hidden: int, request_id: str | None, session: str | None,
+def fallback_call_record(ctx: CallContext | None, record: CallRecord | None, *, started_at: float, total_ms: float,
+                         outcome: Outcome, problem: str) -> dict[str, Any]:
+    """A ``tool.call`` record built from identity fields only, for when ``call_record`` itself failed: the
+    call is still recorded, with ``audit_error`` saying what could not be computed."""
+    tool = ctx.tool if ctx is not None else None
+    doc = _envelope("tool.call", started_at if math.isfinite(started_at) else 0.0,
+                    request_id=ctx.client_id if ctx is not None else None,
+                    session=ctx.session_id if ctx is not None else None,
+                    era=ctx.era if ctx is not None else None,
+                    principal=ctx.principal if ctx is not None else None, client_info=None, traceparent=None)
+    out = outcome if outcome in _DECISIONS else "error"
+    doc.update({
+        "call_id": _short_or_none(ctx.request_id if ctx is not None else None),
+        "tool": {"name": _short(tool.public_name if tool else None),
+                 "upstream": _short_or_none(tool.upstream or None if tool else None),
+                 "original": _short_or_none(tool.original_name or None if tool else None)},
+        "decision": _DECISIONS[out], "outcome": out,
+        "stage": _short(record.stage if record is not None else None, 64),
+        "rule_id": _short_or_none(record.rule_id if record is not None else None),
+        "reason": None, "limit": None, "violations": [], "shadow_denies": [], "sanitize": {}, "error": None,
+        "arguments_digest": "sha256:" + hashlib.sha256(b"").hexdigest(), "result": None,
+        "latency_ms": _latency(total_ms, None),
+        "audit_error": _short(f"record: {problem}; only identity fields were recorded", _MAX_STRING),
+    })
+    return doc
+
+
+def tools_list_record(*, at: float, shown: int, hidden: int, request_id: str | int | None, session: str | None,
                       era: Era | None, principal: Principal | None, client_info: Mapping[str, Any] | None = None,
                       traceparent: str | None = None, upstreams_failed: Sequence[str] = ()) -> dict[str, Any]:
     """``tools.list``: how many tools the principal was shown and how many policy hid from it."""
@@ -340,7 +472,7 @@ def http_refused_record(*, at: float, status: int, reason: str, detail: str | No
     return doc
 
 
-def _envelope(event: str, at: float, *, request_id: str | None, session: str | None, era: Era | None,
+def _envelope(event: str, at: float, *, request_id: str | int | None, session: str | None, era: Era | None,
               principal: Principal | None, client_info: Mapping[str, Any] | None,
               traceparent: str | None) -> dict[str, Any]:
     trace = parse_traceparent(traceparent)
@@ -349,7 +481,7 @@ def _envelope(event: str, at: float, *, request_id: str | None, session: str | N
         "kind": "audit",
         "time": rfc3339(at),
         "event": event,
-        "request_id": _short_or_none(request_id),
+        "request_id": _request_id(request_id),
         "session": _short_or_none(session),
         "era": era,
         "principal": None if principal is None else {
@@ -397,7 +529,7 @@ def _result_summary(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "is_error": result.get("isError") is True,
         "content_types": types,
         "content_items": len(items),
-        "bytes": len(orjson.dumps(result, default=_unjsonable)),
+        "bytes": len(canonical_json(result)),
         "structured": result.get("structuredContent") is not None,
     }
 
@@ -414,33 +546,67 @@ def _ms(value: float) -> float:
     return round(value, 3) if math.isfinite(value) and value > 0 else 0.0
 
 
-def _redact_value(value: Any, redact: Callable[[str], str] | None, key: str | None = None) -> Any:
+def _logged_arguments(arguments: Any, redact: Callable[[str], str] | None) -> dict[str, Any]:
+    value = _redact_value(arguments if arguments is not None else {}, redact, None, 0)
+    return value if isinstance(value, dict) else {"": value}
+
+
+def _redact_value(value: Any, redact: Callable[[str], str] | None, key: str | None, depth: int) -> Any:
+    """The value as it may be logged: redacted, capped, and always encodable (orjson must not refuse a record)."""
     if key is not None and any(hint in key.lower() for hint in _SECRET_KEY_HINTS):
         return _MASK
     if isinstance(value, str):
-        text = redact(value) if redact is not None else value
+        try:
+            text = redact(value) if redact is not None else value
+        except Exception:  # an admin's redactor that fails must not cost the record: mask what it could not vet
+            return _MASK
         return _short(text, _MAX_STRING)
+    if isinstance(value, Mapping | list | tuple) and depth >= _MAX_LOGGED_DEPTH:
+        return _DEEPER
     if isinstance(value, Mapping):
-        return {str(k): _redact_value(v, redact, str(k)) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            name = _short(k if isinstance(k, str) else str(k))
+            out[name] = _redact_value(v, redact, name, depth + 1)
+        return out
     if isinstance(value, list | tuple):
-        return [_redact_value(v, redact) for v in value]
-    if value is None or isinstance(value, bool | int | float):
+        return [_redact_value(v, redact, None, depth + 1) for v in value]
+    if value is None or isinstance(value, bool):
         return value
-    return _short(repr(value), _MAX_SHORT)
+    if isinstance(value, int):
+        return value if -2**63 <= value < 2**63 else _short(f"<integer of {value.bit_length()} bits>")
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return _short(_unjsonable(value), _MAX_SHORT)
+
+
+def _request_id(value: Any) -> str | int | None:
+    """The client's JSON-RPC id as sent: an integer stays an integer, a string is capped like other strings."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    return _short(value if isinstance(value, str) else str(value))
 
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _short(value: str | None, limit: int = _MAX_SHORT) -> str:
-    text = value or ""
+def _short(value: Any, limit: int = _MAX_SHORT) -> str:
+    """``value`` as a capped, encodable string (lone surrogates replaced): total, whatever ``value`` is."""
+    if value is None:
+        return ""
+    text = printable(value if isinstance(value, str) else str(value))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _short_or_none(value: str | None, limit: int = _MAX_SHORT) -> str | None:
+def _short_or_none(value: Any, limit: int = _MAX_SHORT) -> str | None:
     return None if value is None else _short(value, limit)
 
 
 def _unjsonable(value: Any) -> str:
-    return repr(value)
+    try:
+        return printable(repr(value))
+    except Exception:
+        return f"<{type(value).__name__}>"

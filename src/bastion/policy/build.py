@@ -37,6 +37,9 @@ def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
     if effect == "allow" and mode == "shadow":
         raise ConfigError("shadow mode is for deny rules: it reports calls the rule would deny. To try out an "
                           "allow rule, test it with 'bastion policy test' instead", path=f"{path}.mode")
+    if effect == "allow" and "reveal" in raw:
+        raise ConfigError("reveal says how a denial is answered; an allow rule denies nothing (set it on the deny "
+                          "rule, or at the top of the file for the default deny)", path=f"{path}.reveal")
     if effect == "deny":
         for key in ("limits", "concurrency"):
             if key in raw:
@@ -68,6 +71,7 @@ def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
         limits=tuple(_limit(spec, f"{path}.limits[{i}]") for i, spec in enumerate(raw.get("limits", []))),
         concurrency=tuple(ConcurrencySpec(name=spec["name"], scope=spec.get("per", "principal"), max=spec["max"])
                           for spec in raw.get("concurrency", [])),
+        reveal=raw.get("reveal"),
     )
 
 

@@ -154,6 +154,9 @@ def _decision_json(decision: Decision, policy: PolicySet) -> dict[str, Any]:
                    for s in decision.limits],
         "concurrency": [{"name": s.name, "max": s.max, "per": s.scope} for s in decision.concurrency],
         "cost": decision.cost,
+        # How a denied call is answered: the rule and description (true), or "Unknown tool" (false).
+        "reveal": decision.reveal if not decision.allowed else None,
+        "description": decision.description,
         "policy_version": policy.version,
     }
 
@@ -163,6 +166,11 @@ def _print_decision(decision: Decision, policy: PolicySet) -> None:
     print(f"decision:      {data['decision']}")
     print(f"rule:          {data['rule'] or '(none: default deny)'}")
     print(f"reason:        {data['reason']}")
+    if not decision.allowed:
+        answer = "rule and description (reveal: true)" if decision.reveal else "Unknown tool (reveal: false)"
+        print(f"caller sees:   {answer}")
+        if decision.description:
+            print(f"description:   {decision.description}")
     print(f"shadow denies: {', '.join(data['shadow_denies']) or 'none'}")
     for spec in data["limits"]:
         print(f"limit:         {spec['name']} {spec['rate']} burst {spec['burst']} per {spec['per']}")

@@ -18,7 +18,7 @@ does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bastion.policy.constraints import all3, json_equal
@@ -47,11 +47,13 @@ class PolicySet:
     costs: tuple[CostWeight, ...] = ()
     version: str = "empty"
     files: tuple[str, ...] = ()
+    # Explain denials by default (rules may still say ``reveal: false``); also covers the default deny.
+    reveal: bool = False
 
     def decide(self, principal: Principal, tool: ToolEntry, arguments: Mapping[str, Any] | None) -> Decision:
         """Decide a ``tools/call`` (``arguments`` given) or whether ``tools/list`` shows the tool (``None``)."""
         if not is_safe_name(tool.public_name):
-            return _unsafe("tool name", tool.public_name)
+            return replace(_unsafe("tool name", tool.public_name), reveal=self.reveal)
         target = _Target("tool", tool.public_name, tool.upstream, tool.annotations)
         decision = self._evaluate(principal, target, arguments)
         if not decision.allowed:
@@ -99,7 +101,9 @@ class PolicySet:
                 allows.append(rule)
         if denies:
             first = denies[0]
-            return Decision(False, first.id, f"denied by rule '{first.id}' ({first.origin})", tuple(shadow))
+            return Decision(False, first.id, f"denied by rule '{first.id}' ({first.origin})", tuple(shadow),
+                            reveal=self.reveal if first.reveal is None else first.reveal,
+                            description=first.description)
         if allows:
             first = allows[0]
             limits: dict[str, RateLimitSpec] = {}
@@ -109,7 +113,8 @@ class PolicySet:
                 concurrency.update((spec.name, spec) for spec in rule.concurrency if spec.name not in concurrency)
             return Decision(True, first.id, f"allowed by rule '{first.id}' ({first.origin})", tuple(shadow),
                             tuple(limits.values()), tuple(concurrency.values()))
-        return Decision(False, None, f"no rule allows this {target.kind} (default deny)", tuple(shadow))
+        return Decision(False, None, f"no rule allows this {target.kind} (default deny)", tuple(shadow),
+                        reveal=self.reveal)
 
 
 def principal_matches(match: PrincipalMatch | None, principal: Principal) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
-from bastion.errors import UnknownTool
+from bastion.errors import PolicyDenied, UnknownTool
 from bastion.pipeline import CallContext, CallRecord
 from bastion.policy.decide import PolicySet
 from bastion.principal import Principal
@@ -48,7 +48,8 @@ class PolicyGuard:
     """Decides the call and hands the limits of the allowing rules to the rate-limit guard.
 
     A denied call is answered exactly like an unknown tool, so a caller cannot map what exists behind the
-    gateway; the audit record keeps the deciding rule.
+    gateway; the audit record keeps the deciding rule. Unless the deciding rule (or the policy set) says
+    ``reveal: true``: then the caller is told the rule and its description, with a code of its own.
     """
 
     name = "policy"
@@ -62,6 +63,9 @@ class PolicyGuard:
         record.reason = decision.reason
         record.shadow = list(decision.shadow_denies)
         if not decision.allowed:
+            if decision.reveal:
+                raise PolicyDenied(ctx.tool.public_name, decision.rule_id, decision.description,
+                                   log_detail=decision.reason)
             raise UnknownTool(ctx.tool.public_name, log_detail=decision.reason)
         record.limits = tuple(decision.limits)
         record.concurrency = tuple(decision.concurrency)

@@ -89,10 +89,17 @@ def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
     limits: dict[str, tuple[_Spec, str]] = {}
     texts = list(texts)
     sources = []
+    reveal: tuple[bool, str] | None = None
     for item in texts:
         sources.append(item.source)
         doc = parse_yaml(item.text, item.source)
         validate_document(doc, validator)
+        if "reveal" in doc.data:
+            # One answer for the whole set: two files disagreeing would make it depend on load order.
+            if reveal is not None and reveal[0] != doc.data["reveal"]:
+                raise doc.error(f"reveal is {doc.data['reveal']!r} here but {reveal[0]!r} in {reveal[1]}; set it "
+                                "in one file", "reveal")
+            reveal = (doc.data["reveal"], f"{doc.source}:{doc.line_of('reveal')}")
         try:
             file_rules = [build_rule(raw, f"rules[{i}]", doc) for i, raw in enumerate(doc.data.get("rules", []))]
             costs.extend(build_costs(doc.data.get("costs", []), "costs"))
@@ -107,7 +114,7 @@ def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
             _check_limit_names(rule, path, doc, limits)
         rules.extend(file_rules)
     return PolicySet(rules=tuple(rules), costs=tuple(costs), version=content_version(texts),
-                     files=tuple(sources))
+                     files=tuple(sources), reveal=reveal[0] if reveal is not None else False)
 
 
 def content_version(texts: Iterable[PolicyText]) -> str:

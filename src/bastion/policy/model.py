@@ -47,6 +47,9 @@ class Rule:
     resources: tuple[Glob, ...] | None = None
     limits: tuple[RateLimitSpec, ...] = ()
     concurrency: tuple[ConcurrencySpec, ...] = ()
+    # Whether a call this rule denies is told so (rule id and description) instead of "unknown tool";
+    # None: the policy set's default (``reveal`` at the top of a policy file, else false).
+    reveal: bool | None = None
 
     @property
     def enforced(self) -> bool:
@@ -68,6 +71,7 @@ class Decision:
     ``rule_id`` is the deny rule that refused, or the first allow rule that permitted; None for the default deny.
     ``shadow_denies`` lists shadow rules that would have refused, whatever the outcome. ``limits``,
     ``concurrency`` and ``cost`` are for the rate-limit guard and are only filled when the call is allowed.
+    ``reveal`` (denials only) says the caller may be told why, with the deciding rule's ``description``.
     """
 
     allowed: bool
@@ -77,3 +81,5 @@ class Decision:
     limits: tuple[RateLimitSpec, ...] = ()
     concurrency: tuple[ConcurrencySpec, ...] = ()
     cost: int = 1
+    reveal: bool = False
+    description: str | None = None

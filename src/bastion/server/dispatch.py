@@ -146,18 +146,20 @@ class Dispatcher:
     async def _discover(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
         result: dict[str, Any] = {
             "supportedVersions": [*MODERN_VERSIONS, *reversed(LEGACY_VERSIONS)],
-            "capabilities": server_capabilities(), "ttlMs": 60_000, "cacheScope": "public",
+            "capabilities": server_capabilities(),
         }
         if self.gw.view.instructions:
             result["instructions"] = self.gw.view.instructions
-        return result
+        return self._cache_hints(scope, result, public_ttl_ms=60_000)
 
     # -- tools ----------------------------------------------------------------------------------------------
 
-    def _cache_hints(self, scope: Scope, result: dict[str, Any]) -> dict[str, Any]:
+    def _cache_hints(self, scope: Scope, result: dict[str, Any], public_ttl_ms: int = 30_000) -> dict[str, Any]:
         if scope.era == "modern":
             # What a caller sees depends on who it is as soon as a policy filters lists: never a shared cache.
-            result["ttlMs"] = 0 if self.gw.access.per_principal else 30_000
+            # server/discover included: it answers after authentication, from the same gateway that filters the
+            # lists, and a shared cache keyed on the URL alone would serve it across principals.
+            result["ttlMs"] = 0 if self.gw.access.per_principal else public_ttl_ms
             result["cacheScope"] = "private" if self.gw.access.per_principal else "public"
         return result
 
@@ -167,7 +169,7 @@ class Dispatcher:
             # One record per listing (its first page), saying how much the policy hid from this caller.
             await self.gw.emit_audit(tools_list_record(
                 at=time.time(), shown=len(visible), hidden=len(self.gw.view.catalogue.tools) - len(visible),
-                request_id=str(rid) if rid is not None else None,
+                request_id=rid,
                 session=scope.session.id if scope.session else None, era=scope.era, principal=scope.principal,
                 client_info=scope.client_info,
                 upstreams_failed=[n for n, up in (self.gw.pool.health() if self.gw.pool else {}).items() if not up]))
@@ -180,29 +182,46 @@ class Dispatcher:
 
     async def _tools_call(self, scope: Scope, params: dict[str, Any], rid: RequestId | None) -> dict[str, Any]:
         name = params.get("name")
-        if not isinstance(name, str):
-            raise InvalidParams("tools/call requires a string 'name'")
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
-        if not isinstance(arguments, dict):
-            raise InvalidParams("tools/call 'arguments' must be an object")
+        session_id = scope.session.id if scope.session else None
+        problem = "tools/call requires a string 'name'" if not isinstance(name, str) else \
+            "tools/call 'arguments' must be an object" if not isinstance(arguments, dict) else None
+        if problem is not None:
+            refusal = InvalidParams(problem)
+            await self.gw.audit_refused_call(scope.principal, name if isinstance(name, str) else "", arguments,
+                                             era=scope.era, session_id=session_id, client_info=scope.client_info,
+                                             request_id=rid, stage="parse", outcome="invalid_input",
+                                             reason=problem, error=refusal)
+            raise refusal
+        assert isinstance(name, str)
+        assert isinstance(arguments, dict)
         view = self.gw.view
         entry = view.catalogue.tool(name)
         meta = jsonrpc.obj(params.get("_meta"))
         if entry is None:
             await self.gw.audit_unknown_tool(scope.principal, name, arguments, era=scope.era,
-                                             session_id=scope.session.id if scope.session else None,
-                                             client_info=scope.client_info)
+                                             session_id=session_id, client_info=scope.client_info,
+                                             request_id=rid)
             raise UnknownTool(name)
         ctx = CallContext(
             request_id=secrets.token_hex(8), principal=scope.principal, tool=entry, arguments=arguments,
-            era=scope.era, session_id=scope.session.id if scope.session else None,
+            era=scope.era, session_id=session_id,
             client_info=dict(scope.client_info) if scope.client_info else None,
             traceparent=meta.get("traceparent") if isinstance(meta.get("traceparent"), str) else None,
+            client_id=rid,
         )
         progress_token = meta.get("progressToken")
-        trip = self._open_round(scope, "tools/call", name, params, entry.upstream)
+        try:
+            trip = self._open_round(scope, "tools/call", name, params, entry.upstream)
+        except ProtocolError as exc:
+            # A retry whose requestState bastion cannot verify is refused before the pipeline: still a call.
+            await self.gw.audit_refused_call(scope.principal, entry, arguments, era=scope.era,
+                                             session_id=session_id, client_info=scope.client_info,
+                                             request_id=rid, stage="resolve", outcome="denied",
+                                             reason=exc.message, error=exc)
+            raise
 
         async def forward(ctx: CallContext, record: CallRecord) -> dict[str, Any]:
             fwd: dict[str, Any] = {"name": entry.original_name, "arguments": ctx.arguments}

@@ -33,7 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from bastion import jsonrpc
+from bastion import jsonrpc, strictjson
 from bastion.errors import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -43,6 +43,7 @@ from bastion.errors import (
     REQUEST_TOO_LARGE,
     UNSUPPORTED_PROTOCOL_VERSION,
     HttpError,
+    MessageRejected,
     ProtocolError,
     Refused,
     RequestError,
@@ -186,15 +187,17 @@ class McpEndpoint:
         if not (json_ok or sse_ok):
             raise HttpError(406, "Not Acceptable: Accept must include application/json or text/event-stream")
         try:
-            body = jsonrpc.loads(await self._read_body(request))
-        except ProtocolError as exc:
-            return json_response(jsonrpc.error(None, exc), 400)
+            doc = jsonrpc.parse(await self._read_body(request), self.listen.max_json_depth)
+        except MessageRejected as exc:
+            return self._rejected(exc)
+        body = doc.value
         if isinstance(body, list):
-            return await self._batch(request, principal, body)
+            return await self._batch(request, principal, body, doc)
         try:
-            msg = jsonrpc.classify(body)
-        except ProtocolError as exc:
-            return json_response(jsonrpc.error(None, exc), 400)
+            msg = jsonrpc.classify(body, doc.flaw(body))
+        except MessageRejected as exc:
+            await self._audit_rejected_call(principal, body, exc, cut=doc.cut)
+            return self._rejected(exc)
 
         # The era first: a request carrying 2026-07-28 _meta is stateless whatever its method, so an `initialize`
         # in that shape gets the modern answer to an unknown method, not a session.
@@ -212,6 +215,28 @@ class McpEndpoint:
         session = await self._session(request, principal, required=True)
         assert session is not None
         return await self._legacy(request, principal, session, msg, sse_ok)
+
+    @staticmethod
+    def _rejected(exc: MessageRejected) -> Response:
+        if exc.log_detail:
+            log.info("request.rejected", code=exc.code, reason=exc.message, detail=exc.log_detail[:500])
+        return json_response(jsonrpc.error(exc.request_id, exc), exc.http_status)
+
+    async def _audit_rejected_call(self, principal: Principal, body: Any, exc: MessageRejected, *,
+                                   cut: bool = False) -> None:
+        """A tools/call the parser refused (arguments too deep, unrepresentable values) is still a call: it gets
+        its one audit record. Its era is read from the body; its session is not recorded (not yet verified)."""
+        if not isinstance(body, dict) or body.get("method") != "tools/call" or "id" not in body:
+            return
+        params = jsonrpc.obj(body.get("params"))
+        meta = jsonrpc.obj(params.get("_meta"))
+        name = params.get("name")
+        await self.gw.audit_refused_call(
+            principal, name if isinstance(name, str) else "", params.get("arguments"),
+            era="modern" if d.META_VERSION in meta else "legacy", session_id=None, client_info=None,
+            request_id=exc.request_id, stage="parse", outcome="invalid_input", reason=exc.message, error=exc,
+            audit_error="arguments: nested past what the parser reads; the digest is of the arguments cut at the "
+                        "depth limit" if cut else None)
 
     async def _initialize(self, principal: Principal, msg: jsonrpc.Message) -> Response:
         params = msg.params
@@ -289,6 +314,11 @@ class McpEndpoint:
             if current is not None and current.cancelling():
                 raise
             return jsonrpc.error(msg.id, ProtocolError(-32603, "Request cancelled"))
+        except Exception:
+            # A bug outside the pipeline (which records and answers its own failures): say "internal error" with
+            # the request's id, not "cancelled", and leave the traceback in the log.
+            log.error("request.crashed", method=msg.method[:100], exc_info=True)
+            return jsonrpc.error(msg.id, ProtocolError(-32603, "Internal error"))
         finally:
             if live is not None and msg.id is not None:
                 live.inflight.pop(msg.id, None)
@@ -353,10 +383,15 @@ class McpEndpoint:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
-    async def _batch(self, request: Request, principal: Principal, body: list[Any]) -> Response:
+    async def _batch(self, request: Request, principal: Principal, body: list[Any],
+                     doc: strictjson.Document) -> Response:
+        # Batches existed only in 2025-03-26; later revisions (2025-06-18, 2025-11-25, 2026-07-28, which has no
+        # sessions at all) send one message per POST.
+        if request.headers.get("mcp-session-id") is None:
+            raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
+                            code=INVALID_REQUEST)
         session = await self._session(request, principal, required=True)
         assert session is not None
-        # Batches existed only in 2025-03-26; later revisions send one message per POST.
         if session.protocol_version != "2025-03-26":
             raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
                             code=INVALID_REQUEST)
@@ -369,9 +404,10 @@ class McpEndpoint:
         answers: list[Any] = []
         for item in body:
             try:
-                msg = jsonrpc.classify(item)
-            except ProtocolError as exc:
-                answers.append(jsonrpc.error(None, exc))
+                msg = jsonrpc.classify(item, doc.flaw(item))
+            except MessageRejected as exc:
+                await self._audit_rejected_call(principal, item, exc, cut=doc.cut)
+                answers.append(jsonrpc.error(exc.request_id, exc))
                 continue
             if msg.kind == "request" and msg.method == "initialize":
                 answers.append(jsonrpc.error(msg.id, ProtocolError(INVALID_REQUEST, "initialize cannot be batched")))
