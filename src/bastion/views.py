@@ -86,7 +86,12 @@ class SanitizeDefinitions:
         quarantined = dict(view.quarantined)
         dropped = list(cat.dropped)
         tools = []
+        deadline = time.perf_counter() + _SLICE_S
         for entry in cat.tools:
+            if time.perf_counter() >= deadline:
+                # Hand the loop back every few ms (as CompileSchemas does): a huge catalogue must not stall calls.
+                await asyncio.sleep(0)
+                deadline = time.perf_counter() + _SLICE_S
             policy = self._config.for_tool(entry.upstream, entry.original_name)
             if not policy.enabled:
                 tools.append(entry)

@@ -112,3 +112,25 @@ async def test_catalogue_drops_of_every_origin_are_audited() -> None:
             "dropped") in records
     assert ("catalogue.drop", "x", "schema rejected: remote $ref", "quarantined") in records
     assert any(r[1] == "x" and "collides" in str(r[2]) for r in records)
+
+
+async def test_a_large_catalogue_hands_the_event_loop_back() -> None:
+    import asyncio
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    tools = [{"name": f"t{i}", "description": f"Tool number {i}.", "inputSchema": {"type": "object"}}
+             for i in range(3000)]
+    upstreams = lists(tools)
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    await run(SanitizeDefinitions(SanitizeConfig.from_mapping(None)), upstreams)
+    task.cancel()
+    assert ticks > before + 1  # other tasks ran while 3000 definitions were walked
