@@ -100,7 +100,9 @@ def test_calls_racing_a_rug_pull_never_run_the_changed_definition(gateway: Gatew
     main.close()
 
 
-def test_a_call_in_the_window_waits_for_the_check_and_then_runs(gateway: GatewayProcess) -> None:
+def test_a_call_in_the_window_waits_for_the_check_and_then_runs(tmp_path: Path) -> None:
+    # A 3 s listing: the window stays open long after the client has the flip's answer, even on a loaded box.
+    gateway = rug_gateway(tmp_path, list_delay=3.0, gate_timeout="20s")
     c = client(gateway)
     assert c.call("rug__flip", {})["result"]["content"][0]["text"] == "flipping"
     time.sleep(0.1)  # the announcement has arrived; the refresh is under way (debounce + slow listing)
@@ -109,10 +111,11 @@ def test_a_call_in_the_window_waits_for_the_check_and_then_runs(gateway: Gateway
     waited = time.monotonic() - started
     # steady's definition did not change, so after the check it runs, on the re-checked catalogue.
     assert answer["result"]["content"][0]["text"] == "steady v2"
-    assert waited >= 0.4, waited  # it waited for the slow listing instead of running at once
+    assert waited >= 1.0, waited  # it waited for the slow listing instead of running at once
     # transfer changed: refused exactly like an unknown tool (it is quarantined).
     assert c.call("rug__transfer", {"amount": 1})["error"]["code"] == UNKNOWN_TOOL
     c.close()
+    gateway.stop()
 
 
 def test_a_check_that_takes_too_long_answers_with_a_clear_error(tmp_path: Path) -> None:
