@@ -38,6 +38,7 @@ from bastion.auth import build_authenticator, metadata_paths, protected_resource
 from bastion.auth.config import AuthConfig
 from bastion.errors import AuthenticationError
 from bastion.gateway import Gateway
+from bastion.health import Health, HealthConfig, HealthMonitor
 from bastion.metrics import Metrics
 from bastion.pinning import Pinning, PinningConfig, open_store
 from bastion.pinning.service import StoreState
@@ -305,12 +306,23 @@ def create_app(settings: Settings) -> Starlette:
 
     members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
+    health_cfg: HealthConfig = settings.section("health")
+    monitor = HealthMonitor([m.upstream.name for m in members], health_cfg)
+
+    def health_changed(name: str, old: Health, new: Health) -> None:
+        metrics.upstream_health(name, new.state, previous=old.state)
+
+    monitor.on_transition = health_changed
+    monitor.on_hidden = gateway.set_unavailable
     pool = UpstreamPool(members, gateway.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
                         refresh_interval_s=settings.catalogue.refresh_interval_s or None,
                         on_event=gateway.upstream_event, limits=settings.catalogue.limits,
-                        on_limit=lambda drop: audit_log.emit(catalogue_limit_record(at=time.time(), drop=drop)))
+                        on_limit=lambda drop: audit_log.emit(catalogue_limit_record(at=time.time(), drop=drop)),
+                        health=monitor)
     gateway.pool = pool
     metrics.declare_upstreams([m.upstream.name for m in members])
+    for member in members:
+        metrics.upstream_health(member.upstream.name, monitor.status(member.upstream.name).state)
 
     auth_cfg: AuthConfig = settings.section("auth")
     authenticator = build_authenticator(auth_cfg, http)
@@ -352,7 +364,8 @@ def create_app(settings: Settings) -> Starlette:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        checks: dict[str, Any] = {"upstreams": pool.health(), "catalogue": gateway.view.catalogue.version or None}
+        checks: dict[str, Any] = {"upstreams": pool.health(), "upstream_health": monitor.snapshot(),
+                                  "catalogue": gateway.view.catalogue.version or None}
         # Ready once some upstream answers and a catalogue was published from it (a view step that failed at
         # start-up leaves none, and serving an empty catalogue would look healthy while being useless).
         ok = any(pool.health().values()) and bool(gateway.view.catalogue.version)

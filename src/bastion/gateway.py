@@ -8,6 +8,7 @@ request never mixes two catalogue versions.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from bastion import catalogue as cat
-from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamUnavailable
+from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
 from bastion.pipeline import CallContext, CallRecord, Era, Outcome, Pipeline
 from bastion.pool import UpstreamPool
 from bastion.principal import Principal
@@ -73,6 +74,9 @@ class View:
     # Each upstream's own instructions, as sent: what ``instructions`` is joined from (a view step may rewrite
     # ``instructions`` from these, e.g. the sanitizer, which judges each upstream under its own policy).
     upstream_instructions: tuple[tuple[str, str], ...] = ()
+    # Upstreams down past the health grace (``health.hide_after``): their tools leave the lists (calls to them
+    # still resolve and fail fast with -31002, so a client holding an old list gets the true reason).
+    unavailable: frozenset[str] = frozenset()
 
 
 # Turns a freshly merged catalogue into a view; feature modules contribute steps (sanitizing definitions,
@@ -114,15 +118,24 @@ class Gateway:
         if self.pool is None:
             raise UpstreamUnavailable(upstream)
         member = self.pool.member(upstream)
+        health = self.pool.monitor
+        health.check(upstream)
         try:
-            return await member.upstream.request(method, params, timeout=member.timeout_s, on_message=on_message)
+            result = await member.upstream.request(method, params, timeout=member.timeout_s, on_message=on_message)
+        except (UpstreamUnavailable, UpstreamTimeout) as exc:
+            # Passive health signal: a transport failure (a timeout too: the probe then tells slow from dead).
+            health.failed(upstream, exc.log_detail or exc.message)
+            raise
         except UpstreamRpcError as exc:
+            health.succeeded(upstream)
             # An upstream's error message reaches the client (and the model): it is upstream text like any other.
             err = self.clean_error(upstream, exc.to_error())
             data = err.get("data")
             raise UpstreamRpcError(exc.code, str(err.get("message", "")),
                                    data=data if isinstance(data, dict) else None,
                                    log_detail=exc.log_detail) from None
+        health.succeeded(upstream)
+        return result
 
     async def audit_unknown_tool(self, principal: Principal, name: str, arguments: dict[str, Any], *,
                                  era: Era, session_id: str | None, client_info: Mapping[str, Any] | None,
@@ -171,13 +184,26 @@ class Gateway:
                                              separator=self.settings.catalogue.separator,
                                              on_collision=self.settings.catalogue.on_collision)
             view = View(catalogue=merged, instructions=self._instructions(),
-                        upstream_instructions=self._upstream_instructions())
+                        upstream_instructions=self._upstream_instructions(), unavailable=self.view.unavailable)
             for step in self.view_steps:
                 view = await step(view, lists)
             old, self.view = self.view, view
             changed = _changes(old, view)
             log.info("catalogue.published", version=view.catalogue.version, tools=len(view.catalogue.tools),
                      quarantined=len(view.quarantined), changed=changed or None)
+        if changed and old.catalogue.version != "":
+            for listener in self.change_listeners:
+                await listener(changed)
+
+    async def set_unavailable(self, upstreams: frozenset[str]) -> None:
+        """Hide (or show again) the tools of upstreams the health monitor holds down, and announce it."""
+        async with self._rebuild_lock:
+            old = self.view
+            if old.unavailable == upstreams:
+                return
+            self.view = dataclasses.replace(old, unavailable=upstreams)
+            changed = _changes(old, self.view)
+            log.info("catalogue.availability", unavailable=sorted(upstreams), changed=changed or None)
         if changed and old.catalogue.version != "":
             for listener in self.change_listeners:
                 await listener(changed)
@@ -236,7 +262,8 @@ class Gateway:
     def visible_tools(self, principal: Principal) -> list[ToolEntry]:
         view = self.view
         return [t for t in view.catalogue.tools
-                if t.public_name not in view.quarantined and self.access.tool_visible(principal, t)]
+                if t.public_name not in view.quarantined and t.upstream not in view.unavailable
+                and self.access.tool_visible(principal, t)]
 
 
 def join_instructions(parts: Sequence[tuple[str, str]]) -> str | None:
@@ -250,8 +277,10 @@ async def _discard(record: dict[str, Any]) -> None:
 
 def _changes(old: View, new: View) -> list[str]:
     changed = []
-    if [t.definition for t in old.catalogue.tools if t.public_name not in old.quarantined] != \
-            [t.definition for t in new.catalogue.tools if t.public_name not in new.quarantined]:
+    if [t.definition for t in old.catalogue.tools if t.public_name not in old.quarantined
+        and t.upstream not in old.unavailable] != \
+            [t.definition for t in new.catalogue.tools if t.public_name not in new.quarantined
+             and t.upstream not in new.unavailable]:
         changed.append("tools")
     if [p.definition for p in old.catalogue.prompts] != [p.definition for p in new.catalogue.prompts]:
         changed.append("prompts")

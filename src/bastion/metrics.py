@@ -23,6 +23,7 @@ OVERHEAD_BUCKETS: tuple[float, ...] = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 
 UPSTREAM_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                                        60.0, 120.0)
 OTHER = "other"
+_HEALTH_STATES = ("up", "degraded", "down", "restarting")
 _MAX_VALUE_LEN = 128
 
 
@@ -80,6 +81,15 @@ class Metrics:
             "bastion_upstream_stray_responses", "Upstream responses dropped because they answered no request of "
             "their stream (reason: unknown_id, late, duplicate, wrong_stream, malformed_id).",
             ["upstream", "reason"], registry=r)
+        self.upstream_state = Gauge("bastion_upstream_state",
+                                    "1 for the upstream's current health state (up, degraded, down, restarting).",
+                                    ["upstream", "state"], registry=r)
+        self.upstream_transitions = Counter("bastion_upstream_transitions",
+                                            "Upstream health state changes, by the state entered.",
+                                            ["upstream", "state"], registry=r)
+        self.upstream_restarts = Counter("bastion_upstream_restarts",
+                                         "Times an upstream's transport lost its connection and began re-establishing "
+                                         "it (stdio child respawn, SSE stream re-open).", ["upstream"], registry=r)
         self.limiter_redis_up = Gauge("bastion_limiter_redis_up", "1 when the rate limiter's Redis answers.",
                                       registry=r)
         self.redis_up = Gauge("bastion_redis_up", "1 when Redis answers this use (sessions|limiter|pins).", ["use"],
@@ -124,6 +134,17 @@ class Metrics:
 
     def set_upstream_up(self, upstream: str, up: bool) -> None:
         self.upstream_up.labels(upstream=self._cap("upstream", upstream)).set(1 if up else 0)
+
+    def upstream_health(self, upstream: str, state: str, *, previous: str | None = None) -> None:
+        """An upstream entered ``state`` (``previous``: the state it left, ``None`` at declaration)."""
+        name = self._cap("upstream", upstream)
+        for each in _HEALTH_STATES:
+            self.upstream_state.labels(upstream=name, state=each).set(1 if each == state else 0)
+        self.upstream_up.labels(upstream=name).set(1 if state in ("up", "degraded") else 0)
+        if previous is not None:
+            self.upstream_transitions.labels(upstream=name, state=state).inc()
+            if state == "restarting":
+                self.upstream_restarts.labels(upstream=name).inc()
 
     def set_catalogue_tools(self, count: int) -> None:
         self.catalogue_tools.set(count)

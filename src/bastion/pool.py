@@ -18,7 +18,8 @@ import structlog
 
 from bastion.catalogue import UpstreamLists
 from bastion.catalogue_limits import CatalogueLimits, LimitDrop, ListBudget, ListKind
-from bastion.errors import RequestError
+from bastion.errors import RequestError, UpstreamRpcError
+from bastion.health import HealthConfig, HealthMonitor
 from bastion.refresh_gate import RefreshGate
 from bastion.upstream.base import Upstream
 
@@ -49,7 +50,7 @@ class UpstreamPool:
     def __init__(self, members: Sequence[Member], on_change: ChangeHandler, *, debounce_s: float = 0.2,
                  retry_max_s: float = 30.0, refresh_interval_s: float | None = None,
                  on_event: EventHandler | None = None, limits: CatalogueLimits | None = None,
-                 on_limit: LimitHandler | None = None) -> None:
+                 on_limit: LimitHandler | None = None, health: HealthMonitor | None = None) -> None:
         self._members = {m.upstream.name: m for m in members}
         self._order = [m.upstream.name for m in members]
         self._on_change = on_change
@@ -70,6 +71,11 @@ class UpstreamPool:
         self._fetched_at: dict[str, int] = {}
         self._published: dict[str, UpstreamLists] = {}
         self._limit_seen: dict[str, frozenset[tuple[str, str, int]]] = {}
+        # Health is tracked apart from "connected" (``_up``): a connected upstream can die later, and its state
+        # (up, degraded, down, restarting) drives readiness, metrics, fail-fast calls and hidden tools.
+        self.monitor = health or HealthMonitor(self._order, HealthConfig())
+        self.monitor.probe = self._probe
+        self.monitor.on_recovered = self._recovered
 
     @property
     def names(self) -> list[str]:
@@ -79,21 +85,55 @@ class UpstreamPool:
         return self._members[name]
 
     def is_up(self, name: str) -> bool:
-        return self._up.get(name, False)
+        return self._up.get(name, False) and self.monitor.status(name).answering
 
     def health(self) -> dict[str, bool]:
-        return dict(self._up)
+        return {name: self.is_up(name) for name in self._order}
+
+    async def _probe(self, name: str, timeout: float) -> bool:
+        """One active health probe: ``ping`` in the handshake era, ``server/discover`` in 2026-07-28 (which has
+        no ping). An upstream never connected is left to the connect retry."""
+        if not self._up.get(name):
+            return False
+        upstream = self._members[name].upstream
+        info = upstream.info
+        await upstream.request("server/discover" if info is not None and info.era == "modern" else "ping", None,
+                               timeout=timeout)
+        return True
+
+    def _recovered(self, name: str) -> None:
+        # Back after an outage of a connected upstream (probe answered, child restarted): it may have come back
+        # with other tools, so its lists are fetched again.
+        if self._up.get(name):
+            self.mark_dirty(name)
+
+    def _watch_transport(self, name: str) -> None:
+        watch = getattr(self._members[name].upstream, "watch", None)
+        if not callable(watch):
+            return
+
+        def on_state(event: str, detail: str) -> None:
+            if event == "restarting":
+                self.monitor.restarting(name, detail)
+            elif event == "connected":
+                self.monitor.connected(name)
+
+        watch(on_state)
 
     async def start(self) -> None:
         """Connect every upstream concurrently; publish the first catalogue; start the refresher."""
+        for name in self._order:
+            self._watch_transport(name)
         await asyncio.gather(*(self._connect(name) for name in self._order))
         await self._publish()
+        self.monitor.start()
         self._tasks.append(asyncio.create_task(self._refresher(), name="bastion-pool-refresher"))
         for name in self._order:
             if not self._up[name]:
                 self._tasks.append(asyncio.create_task(self._retry(name), name=f"bastion-retry-{name}"))
 
     async def close(self) -> None:
+        await self.monitor.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -117,12 +157,15 @@ class UpstreamPool:
         except RequestError as exc:
             log.warning("upstream.unavailable", upstream=name, error=exc.message, detail=exc.log_detail)
             self._up[name] = False
+            self.monitor.disconnected(name, exc.log_detail or exc.message)
             # A half-started upstream (a spawned child that never answered, a listener task) must not outlive
             # this attempt: the next retry starts from scratch, so nothing accumulates.
             with contextlib.suppress(Exception):
                 await member.upstream.close()
             return False
         lists = self._lists[name]
+        # Before _up: lists were just fetched, so this recovery needs no refresh (see _recovered).
+        self.monitor.connected(name)
         self._up[name] = True
         log.info("upstream.connected", upstream=name, tools=len(lists.tools), prompts=len(lists.prompts),
                  resources=len(lists.resources))
@@ -169,6 +212,8 @@ class UpstreamPool:
                     self._up[item] = True
                 except RequestError as exc:
                     log.warning("upstream.refresh_failed", upstream=item, error=exc.message, detail=exc.log_detail)
+                    if not isinstance(exc, UpstreamRpcError):  # an error answer is still an answer
+                        self.monitor.failed(item, f"list refresh failed: {exc.log_detail or exc.message}")
                     if self.gate.is_closed(item):
                         # Fail closed: the gated tools stay uncallable until a refresh succeeds; try again soon.
                         self._dirty.add(item)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bastion.audit.config import AuditConfig
 from bastion.auth.config import AuthConfig
+from bastion.health.config import HealthConfig
 from bastion.pinning import PinningConfig
 from bastion.ratelimit.config import RateLimitConfig
 from bastion.sanitize.config import SanitizeConfig
@@ -42,6 +43,10 @@ def _sanitize(data: Any, core: _Partial) -> SanitizeConfig:
     return SanitizeConfig.from_mapping(data, "sanitize")
 
 
+def _health(data: Any, core: _Partial) -> HealthConfig:
+    return HealthConfig.from_mapping(data, "health")
+
+
 def _pinning(data: Any, core: _Partial) -> PinningConfig:
     cfg = PinningConfig.from_mapping(data, "pinning")
     cfg.store_kind(have_redis=core.redis_url is not None)  # store: redis without redis.url is a config error
@@ -55,4 +60,5 @@ SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType
     "validation": _validation,
     "sanitize": _sanitize,
     "pinning": _pinning,
+    "health": _health,
 })

@@ -23,7 +23,7 @@ from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, Up
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, same_origin, sse_events
 from bastion.upstream.session import Pending, RpcSession, StrayHandler
-from bastion.upstream.supervisor import Backoff, Supervisor
+from bastion.upstream.supervisor import Backoff, StateListener, Supervisor
 
 __all__ = ["SseUpstream"]
 
@@ -56,6 +56,10 @@ class SseUpstream:
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
         self._rpc.on_notification = on_notification
         return await self._supervisor.start()
+
+    def watch(self, listener: StateListener) -> None:
+        """Hear when the connection is being re-established and when it is back (upstream health)."""
+        self._supervisor.on_state = listener
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:

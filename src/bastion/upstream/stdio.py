@@ -35,7 +35,7 @@ from bastion.upstream.modern import (
 )
 from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
 from bastion.upstream.session import Pending, RpcSession, StrayHandler
-from bastion.upstream.supervisor import Backoff, Supervisor
+from bastion.upstream.supervisor import Backoff, StateListener, Supervisor
 
 __all__ = ["INHERITED_ENV", "StdioUpstream"]
 
@@ -87,6 +87,10 @@ class StdioUpstream:
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
         self._rpc.on_notification = on_notification
         return await self._supervisor.start()
+
+    def watch(self, listener: StateListener) -> None:
+        """Hear when the connection is being re-established and when it is back (upstream health)."""
+        self._supervisor.on_state = listener
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:

@@ -17,11 +17,13 @@ import structlog
 from bastion.errors import UpstreamUnavailable
 from bastion.upstream.base import UpstreamInfo
 
-__all__ = ["Backoff", "Supervisor"]
+__all__ = ["Backoff", "StateListener", "Supervisor"]
 
 log = structlog.get_logger("bastion.upstream")
 
 State = Literal["idle", "connected", "connecting", "waiting", "closed"]
+# Told when a live connection is being re-established ("restarting", why) and when it is back ("connected", "").
+StateListener = Callable[[str, str], None]
 
 
 class Backoff:
@@ -60,6 +62,11 @@ class Supervisor:
         self._connected = asyncio.Event()
         self._since = 0.0
         self._task: asyncio.Task[None] | None = None
+        self.on_state: StateListener | None = None
+
+    def _tell(self, event: str, detail: str) -> None:
+        if self.on_state is not None:
+            self.on_state(event, detail)
 
     @property
     def connected(self) -> bool:
@@ -90,6 +97,7 @@ class Supervisor:
         self._backoff.connection_ended(time.monotonic() - self._since)
         self._state = "waiting"
         self._task = asyncio.get_running_loop().create_task(self._reconnect())
+        self._tell("restarting", detail)
 
     async def ready(self, timeout: float) -> None:
         if self._state == "connected":
@@ -120,9 +128,11 @@ class Supervisor:
                 self._state = "waiting"
                 self._connected.set()
                 self._connected.clear()
+                self._tell("restarting", f"restart failed: {exc.log_detail or exc.message}")
                 continue
             self._up(info)
             log.info("upstream.reconnected", upstream=self.name)
+            self._tell("connected", "")
             try:
                 await self._on_reconnected()
             except Exception:

@@ -1,0 +1,91 @@
+"""The health of one upstream as a pure state machine: no I/O, no clock of its own, every input carries ``at``.
+
+States:
+
+- ``up``: connected, and the last call or probe was answered.
+- ``degraded``: connected, but the last call or probe failed; fewer than ``failures_to_down`` in a row so far.
+  Calls still go through (the failure may have been one slow tool), and the monitor probes at once to confirm.
+- ``down``: not connected, or ``failures_to_down`` consecutive transport failures. Calls fail fast with -31002;
+  after ``hide_after`` its tools leave ``tools/list``.
+- ``restarting``: the transport lost its connection and is re-establishing it on its own (a stdio child being
+  respawned, a legacy SSE stream re-opened). Failures seen meanwhile are expected and change nothing; only the
+  transport's own "connected" ends it.
+
+An answer of any kind (a result, a JSON-RPC error, a tool's ``isError``) is a success: the upstream is there.
+Transport failures (unreachable, died, refused, no answer in time) are failures. ``since`` moves only when the
+state changes, so "down since 12:03" stays true while the reasons of later failures are updated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+__all__ = ["Health", "HealthState", "connected", "disconnected", "failed", "hidden", "initial", "refuses_calls",
+           "restarting", "succeeded"]
+
+HealthState = Literal["up", "degraded", "down", "restarting"]
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    state: HealthState
+    reason: str
+    since: float  # when the state last changed (the caller's clock)
+    failures: int = 0  # consecutive failures
+
+    @property
+    def answering(self) -> bool:
+        """Counts as up for readiness and ``bastion_upstream_up``."""
+        return self.state in ("up", "degraded")
+
+
+def initial(at: float) -> Health:
+    return Health("down", "not connected yet", at)
+
+
+def _to(health: Health, state: HealthState, reason: str, at: float, failures: int) -> Health:
+    since = health.since if state == health.state else at
+    return Health(state, reason, since, failures)
+
+
+def succeeded(health: Health, at: float) -> Health:
+    if health.state == "up" and health.failures == 0:
+        return health  # the hot path: nothing to allocate
+    return _to(health, "up", "answering", at, 0)
+
+
+def failed(health: Health, at: float, reason: str, *, failures_to_down: int) -> Health:
+    """A call or probe failed at the transport level."""
+    if health.state == "restarting":
+        return replace(health, failures=health.failures + 1)
+    failures = health.failures + 1
+    if health.state == "down" or failures >= failures_to_down:
+        return _to(health, "down", reason, at, failures)
+    return _to(health, "degraded", reason, at, failures)
+
+
+def connected(health: Health, at: float) -> Health:
+    """The transport (re)connected: handshake done, lists fetched or about to be."""
+    return _to(health, "up", "connected", at, 0)
+
+
+def disconnected(health: Health, at: float, reason: str) -> Health:
+    """Connecting failed, or the connection is gone and nobody is re-establishing it on its own."""
+    return _to(health, "down", reason, at, health.failures + 1)
+
+
+def restarting(health: Health, at: float, reason: str) -> Health:
+    return _to(health, "restarting", reason, at, health.failures)
+
+
+def refuses_calls(health: Health) -> bool:
+    """Calls fail fast instead of waiting on a transport known to be gone. A restarting transport decides on its
+    own (it lets a call wait for a reconnect that is already under way)."""
+    return health.state == "down"
+
+
+def hidden(health: Health, now: float, hide_after: float | None) -> bool:
+    """Its tools leave the lists once it has been unavailable for the grace period (``None``: never)."""
+    return (hide_after is not None and health.state in ("down", "restarting")
+            and now - health.since >= hide_after)

@@ -1,0 +1,153 @@
+"""The upstream health state machine and its monitor, in process (no sockets, no real sleeps beyond a few ms)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from bastion.errors import UpstreamRpcError, UpstreamUnavailable
+from bastion.health import HealthConfig, HealthMonitor
+from bastion.health import machine as m
+
+
+def test_a_new_upstream_is_down_until_it_connects() -> None:
+    h = m.initial(0.0)
+    assert (h.state, h.reason, h.answering) == ("down", "not connected yet", False)
+    h = m.connected(h, 5.0)
+    assert (h.state, h.since, h.failures, h.answering) == ("up", 5.0, 0, True)
+
+
+def test_failures_degrade_then_bring_it_down_and_one_answer_brings_it_back() -> None:
+    h = m.connected(m.initial(0.0), 1.0)
+    h = m.failed(h, 2.0, "connection refused", failures_to_down=3)
+    assert (h.state, h.since, h.failures) == ("degraded", 2.0, 1)
+    h = m.failed(h, 3.0, "connection refused", failures_to_down=3)
+    assert (h.state, h.since, h.failures) == ("degraded", 2.0, 2)  # since moves only on a state change
+    h = m.failed(h, 4.0, "probe timed out", failures_to_down=3)
+    assert (h.state, h.reason, h.since) == ("down", "probe timed out", 4.0)
+    assert m.refuses_calls(h)
+    h = m.failed(h, 9.0, "still refused", failures_to_down=3)
+    assert (h.state, h.reason, h.since, h.failures) == ("down", "still refused", 4.0, 4)
+    h = m.succeeded(h, 10.0)
+    assert (h.state, h.since, h.failures) == ("up", 10.0, 0)
+    assert m.succeeded(h, 11.0) is h  # nothing changes, nothing allocated
+
+
+def test_a_success_between_failures_resets_the_count() -> None:
+    h = m.connected(m.initial(0.0), 0.0)
+    h = m.failed(h, 1.0, "x", failures_to_down=2)
+    h = m.succeeded(h, 2.0)
+    h = m.failed(h, 3.0, "y", failures_to_down=2)
+    assert h.state == "degraded"
+
+
+def test_restarting_ignores_failures_until_the_transport_reconnects() -> None:
+    h = m.connected(m.initial(0.0), 0.0)
+    h = m.restarting(h, 1.0, "stdout closed; exit code -9")
+    for at in (2.0, 3.0, 4.0):
+        h = m.failed(h, at, "process not running", failures_to_down=1)
+    assert (h.state, h.reason, h.since) == ("restarting", "stdout closed; exit code -9", 1.0)
+    assert not m.refuses_calls(h)  # the supervisor decides: a call may wait for a reconnect under way
+    assert m.connected(h, 5.0).state == "up"
+
+
+def test_tools_are_hidden_only_after_the_grace_and_never_when_disabled() -> None:
+    h = m.failed(m.connected(m.initial(0.0), 0.0), 10.0, "gone", failures_to_down=1)
+    assert not m.hidden(h, 39.9, 30.0)
+    assert m.hidden(h, 40.0, 30.0)
+    assert not m.hidden(h, 1e9, None)
+    assert m.hidden(m.restarting(m.initial(0.0), 0.0, "r"), 0.0, 0.0)
+    assert not m.hidden(m.failed(m.connected(m.initial(0.0), 0.0), 1.0, "slow", failures_to_down=2), 99.0, 0.0)
+
+
+def test_config_defaults_and_errors() -> None:
+    from bastion.errors import ConfigError
+
+    assert HealthConfig.from_mapping(None) == HealthConfig()
+    cfg = HealthConfig.from_mapping({"probe_interval": "0", "hide_after": None, "failures_to_down": 1})
+    assert (cfg.probe_interval_s, cfg.hide_after_s, cfg.failures_to_down) == (0.0, None, 1)
+    for bad in ({"probe_jitter": 1.5}, {"failures_to_down": 0}, {"recovery_interval": 0}, {"nope": 1}):
+        with pytest.raises(ConfigError):
+            HealthConfig.from_mapping(bad)
+
+
+class FakeUpstream:
+    """A probe target whose answers the test scripts: True (answer), an exception (failure)."""
+
+    def __init__(self) -> None:
+        self.answer: BaseException | None = None
+        self.probes = 0
+
+    async def probe(self, name: str, timeout: float) -> bool:
+        self.probes += 1
+        if self.answer is not None:
+            raise self.answer
+        return True
+
+
+async def _until(predicate: object, timeout: float = 2.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():  # type: ignore[operator]
+            await asyncio.sleep(0.005)
+
+
+async def test_a_failed_call_is_confirmed_by_an_immediate_probe_then_hidden_and_announced() -> None:
+    cfg = HealthConfig(probe_interval_s=3600, recovery_interval_s=0.05, probe_jitter=0.0, failures_to_down=2,
+                       hide_after_s=0.1)
+    monitor = HealthMonitor(["a", "b"], cfg, rng=random.Random(1))
+    target = FakeUpstream()
+    monitor.probe = target.probe
+    transitions: list[tuple[str, str, str]] = []
+    hidden: list[frozenset[str]] = []
+    recovered: list[str] = []
+    monitor.on_transition = lambda name, old, new: transitions.append((name, old.state, new.state))
+    monitor.on_recovered = recovered.append
+
+    async def on_hidden(names: frozenset[str]) -> None:
+        hidden.append(names)
+
+    monitor.on_hidden = on_hidden
+    monitor.connected("a")
+    monitor.connected("b")
+    monitor.start()
+    try:
+        target.answer = UpstreamUnavailable("a", log_detail="connection refused")
+        monitor.failed("a", "POST: ConnectError")  # the passive signal: one failed call
+        assert monitor.status("a").state == "degraded"
+        await _until(lambda: monitor.status("a").state == "down")  # the probe confirmed it, within ms
+        assert target.probes == 1
+        with pytest.raises(UpstreamUnavailable):
+            monitor.check("a")
+        monitor.check("b")
+        await _until(lambda: hidden)
+        assert hidden[-1] == frozenset({"a"})
+        assert monitor.snapshot()["a"]["tools_hidden"] is True
+        assert monitor.snapshot()["a"]["state"] == "down"
+        target.answer = UpstreamRpcError(-32601, "Method not found")  # an error answer proves it is alive
+        await _until(lambda: monitor.status("a").state == "up")
+        await _until(lambda: hidden[-1] == frozenset())
+        assert recovered == ["a", "b", "a"]
+        assert ("a", "degraded", "down") in transitions and ("a", "down", "up") in transitions
+    finally:
+        await monitor.close()
+
+
+async def test_probe_cadence_follows_the_state_with_jitter() -> None:
+    cfg = HealthConfig(probe_interval_s=0.2, recovery_interval_s=0.02, probe_jitter=0.5, hide_after_s=None)
+    monitor = HealthMonitor(["a"], cfg)
+    target = FakeUpstream()
+    monitor.probe = target.probe
+    monitor.connected("a")
+    monitor.start()
+    try:
+        await asyncio.sleep(0.35)
+        healthy = target.probes
+        assert 1 <= healthy <= 4
+        target.answer = UpstreamUnavailable("a")
+        monitor.failed("a", "x")
+        await asyncio.sleep(0.35)
+        assert target.probes - healthy >= 5  # recovery cadence: far more often
+    finally:
+        await monitor.close()
