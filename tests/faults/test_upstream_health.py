@@ -1,0 +1,200 @@
+"""Health tells the truth: real upstream processes killed under a running gateway.
+
+At every step the test reads what an operator reads (``/readyz``, ``/metrics``, the audit log) and what a
+connected client sees (``tools/list``, ``list_changed``, the error of a call), and measures how long detection and
+recovery took (printed with ``-s``; the figures in docs/operations.md come from here).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.faults.procs import cmdline, descendants
+from tests.support.fixture_server import FixtureServer
+from tests.support.gateway import REPO, GatewayProcess
+from tests.support.net import wait_for_port
+
+HEALTH = {"probe_interval": "500ms", "recovery_interval": "200ms", "probe_jitter": 0.1, "probe_timeout": "1s",
+          "failures_to_down": 2, "hide_after": "1s"}
+
+
+def readyz(gw: GatewayProcess) -> tuple[int, dict[str, Any]]:
+    r = httpx.get(gw.base + "/readyz", timeout=5)
+    return r.status_code, r.json()
+
+
+def metrics(gw: GatewayProcess) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = httpx.get(gw.base + "/metrics", timeout=5).text
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def wait_until(what: Callable[[], bool], timeout: float, message: str) -> float:
+    """Seconds it took for ``what`` to hold; fails after ``timeout``."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if what():
+            return time.monotonic() - started
+        time.sleep(0.02)
+    raise AssertionError(f"{message} (after {timeout}s)")
+
+
+def state(gw: GatewayProcess, upstream: str) -> str:
+    return str(readyz(gw)[1]["checks"]["upstream_health"][upstream]["state"])
+
+
+class ListChanges:
+    """Counts the tools/list_changed notifications a connected SDK client receives."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self, message: Any) -> None:
+        root = getattr(message, "root", message)
+        if getattr(root, "method", None) == "notifications/tools/list_changed":
+            self.count += 1
+
+    async def wait_for(self, count: int, timeout: float = 10.0) -> None:
+        with anyio.fail_after(timeout):
+            while self.count < count:
+                await anyio.sleep(0.02)
+
+
+@pytest.fixture
+def slow_restart_flag(tmp_path: Path) -> Path:
+    return tmp_path / "restart-slowly"
+
+
+@pytest.fixture
+def web(tmp_path: Path) -> Iterator[FixtureServer]:
+    server = FixtureServer()
+    yield server
+    if server.proc.poll() is None:
+        server.stop()
+
+
+@pytest.fixture
+def gw(tmp_path: Path, web: FixtureServer, slow_restart_flag: Path) -> Iterator[GatewayProcess]:
+    # The stdio child sleeps before starting whenever the flag exists, so a restart lasts long enough for the
+    # test to observe "restarting" deterministically.
+    stdio = ["/bin/sh", "-c", f'[ -e "{slow_restart_flag}" ] && sleep 2; exec "{sys.executable}" -m '
+             "tests.fixtures.basic_server --transport stdio"]
+    gateway = GatewayProcess({
+        "auth": "none",
+        "health": HEALTH,
+        "upstreams": {
+            "basic": {"command": stdio, "cwd": str(REPO), "era": "legacy"},
+            "web": {"url": web.url, "era": "legacy", "timeout": "5s"},
+        },
+    }, tmp_path).start()
+    yield gateway
+    gateway.stop()
+
+
+def restart(server: FixtureServer) -> None:
+    server.proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fixtures.basic_server", "--transport", "streamable-http", "--port",
+         str(server.port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(server.port)
+
+
+def up(m: dict[tuple[str, frozenset[tuple[str, str]]], float], upstream: str) -> float:
+    return m[("bastion_upstream_up", frozenset({("upstream", upstream)}))]
+
+
+def in_state(m: dict[tuple[str, frozenset[tuple[str, str]]], float], upstream: str, name: str) -> float:
+    return m[("bastion_upstream_state", frozenset({("upstream", upstream), ("state", name)}))]
+
+
+def transitions(m: dict[tuple[str, frozenset[tuple[str, str]]], float], upstream: str, name: str) -> float:
+    return m.get(("bastion_upstream_transitions_total", frozenset({("upstream", upstream), ("state", name)})), 0.0)
+
+
+async def test_a_killed_http_upstream_is_reported_hidden_refused_fast_and_recovered(
+        gw: GatewayProcess, web: FixtureServer) -> None:
+    status, body = readyz(gw)
+    assert status == 200 and body["checks"]["upstream_health"]["web"]["state"] == "up"
+    assert up(metrics(gw), "web") == 1
+    changes = ListChanges()
+    async with Client(gw.url, mode="legacy", message_handler=changes) as client:
+        assert "web__echo" in {t.name for t in (await client.list_tools()).tools}
+
+        # 1. Kill the HTTP upstream; no traffic: the active probe alone must notice.
+        web.proc.send_signal(signal.SIGKILL)
+        web.proc.wait()
+        detect = await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: state(gw, "web") == "down", 10, "web never reported down"))
+        status, body = readyz(gw)
+        health = body["checks"]["upstream_health"]["web"]
+        assert status == 200  # basic still serves
+        assert body["checks"]["upstreams"]["web"] is False
+        assert "probe failed" in health["reason"] and health["since"].endswith("+00:00")
+        m = metrics(gw)
+        assert up(m, "web") == 0 and in_state(m, "web", "down") == 1 and in_state(m, "web", "up") == 0
+        assert transitions(m, "web", "down") == 1
+
+        # 2. Calls fail fast with -31002 and are audited as such.
+        with pytest.raises(Exception) as failure:
+            await client.call_tool("web__echo", {"message": "x"})
+        assert getattr(getattr(failure.value, "error", None), "code", None) == -31002, repr(failure.value)
+        records = gw.wait_records("tool.call", 1)
+        assert records[-1]["outcome"] == "upstream_unavailable"
+
+        # 3. After the grace its tools leave the list, and the connected client is told.
+        await changes.wait_for(1)
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert not any(n.startswith("web__") for n in names) and "basic__echo" in names
+        assert readyz(gw)[1]["checks"]["upstream_health"]["web"]["tools_hidden"] is True
+
+        # 4. The upstream comes back: detected by the probe, tools back, client told, calls work.
+        restart(web)
+        recover = await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: state(gw, "web") == "up", 10, "web never came back"))
+        await changes.wait_for(2)
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "web__echo" in names
+        result = await client.call_tool("web__echo", {"message": "back"})
+        assert result.content[0].text == "back"
+    m = metrics(gw)
+    assert up(m, "web") == 1 and in_state(m, "web", "up") == 1 and transitions(m, "web", "up") >= 1
+    print(f"\nhttp upstream killed: down after {detect:.2f}s; restarted: up after {recover:.2f}s")
+
+
+async def test_a_killed_stdio_child_is_restarting_until_its_replacement_answers(
+        gw: GatewayProcess, slow_restart_flag: Path) -> None:
+    assert gw.proc is not None
+    children = [p for p in descendants(gw.proc.pid) if "basic_server" in cmdline(p)]
+    assert len(children) == 1, children
+    slow_restart_flag.touch()
+    os.kill(children[0], signal.SIGKILL)
+    detect = await anyio.to_thread.run_sync(
+        lambda: wait_until(lambda: state(gw, "basic") == "restarting", 5, "never reported restarting"))
+    status, body = readyz(gw)
+    health = body["checks"]["upstream_health"]["basic"]
+    assert "exit code -9" in health["reason"]
+    assert status == 200  # web still serves
+    m = metrics(gw)
+    assert up(m, "basic") == 0 and in_state(m, "basic", "restarting") == 1
+    assert m[("bastion_upstream_restarts_total", frozenset({("upstream", "basic")}))] == 1
+    slow_restart_flag.unlink()
+    async with Client(gw.url, mode="legacy") as client:
+        # A call made while the replacement starts waits for it (within its timeout) instead of failing.
+        result = await client.call_tool("basic__echo", {"message": "during restart"})
+    assert result.content[0].text == "during restart"
+    recover = await anyio.to_thread.run_sync(
+        lambda: wait_until(lambda: state(gw, "basic") == "up", 15, "basic never came back"))
+    assert up(metrics(gw), "basic") == 1
+    print(f"\nstdio child killed: restarting after {detect:.2f}s; answering again after {recover:.2f}s")
