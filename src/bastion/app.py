@@ -65,7 +65,8 @@ from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_d
 from bastion.server.redis_sessions import RedisSessionStore
 from bastion.server.refusals import RefusalReporter
 from bastion.server.session_fallback import FallbackSessionStore
-from bastion.server.sessions import MemorySessionStore, SessionData, SessionStore
+from bastion.server.session_sweep import IndexedRedisSessions, SessionSweeper, SweptStore
+from bastion.server.sessions import MemorySessionStore, SessionData
 from bastion.server.state import StateSealer
 from bastion.settings import Settings
 from bastion.upstream.config import build_upstream
@@ -117,6 +118,11 @@ class AuditSoon:
         task = asyncio.get_running_loop().create_task(self._audit_log.emit(record))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+
+    async def flush(self) -> None:
+        """Wait for the records scheduled so far (at shutdown, before the sinks close)."""
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
 
 
 def _policy(settings: Settings, audit_soon: AuditSoon,
@@ -253,24 +259,36 @@ def create_app(settings: Settings) -> Starlette:
     holder, watcher = _policy(settings, audit_soon, metrics)
 
     # With Redis, sessions live there so any replica can serve any session; without, in this process.
+    def session_end(data: SessionData, reason: str) -> dict[str, Any]:
+        now = time.time()
+        return session_record("session.end", at=now, session=data.id, era="legacy", principal=None,
+                              client_info=dict(data.client_info), protocol_version=data.protocol_version or None,
+                              reason=reason, duration_ms=(now - data.created_at) * 1000 if data.created_at else None)
+
     def session_expired(data: SessionData) -> None:
-        # Redis expires its keys silently; the in-memory store says so, and the end of the session is audited.
+        # Found by the sweeper (or on access): the end of the session is audited and leaves the gauge.
         metrics.session_closed()
-        audit_soon(session_record("session.end", at=time.time(), session=data.id, era="legacy",
-                                             principal=None, client_info=dict(data.client_info),
-                                             protocol_version=data.protocol_version, reason="expired"))
+        audit_soon(session_end(data, "expired"))
+
+    async def session_shut_down(data: SessionData) -> None:
+        metrics.session_closed()
+        await audit_log.emit(session_end(data, "shutdown"))
 
     # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
-    # server/session_fallback.py for the trade-off).
-    store: SessionStore = FallbackSessionStore(
-        RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s),
-        idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions,
-        on_event=metrics.session_fallback) \
+    # server/session_fallback.py for the trade-off). The index around it lets expiries be seen and claimed.
+    store: SweptStore = IndexedRedisSessions(
+        FallbackSessionStore(
+            RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s),
+            idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions,
+            on_event=metrics.session_fallback),
+        redis_client, on_expired=session_expired) \
         if redis_client is not None else \
         MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions,
                            on_expired=session_expired)
     if redis_client is not None:
         metrics.set_redis_up("sessions", True)  # until an outage says otherwise (the store starts optimistic)
+    sweeper = SessionSweeper(store, settings.sessions.sweep_interval_s, on_count=metrics.set_active_sessions,
+                             on_shutdown=session_shut_down)
     gateway = Gateway(settings, store=store, access=PolicyAccess(holder) if holder is not None else None)
     # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
     # be wrong for sessions or audit streams.
@@ -413,6 +431,7 @@ def create_app(settings: Settings) -> Starlette:
         if pin_watcher is not None:
             tasks.append(asyncio.create_task(pin_watcher.run(), name="bastion-pin-watcher"))
         await pool.start()
+        sweeper.start()
         log.info("bastion.ready", path=settings.listen.path, upstreams=pool.health(),
                  tools=len(gateway.view.catalogue.tools))
         try:
@@ -420,8 +439,11 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             for task in tasks:
                 task.cancel()
+            # Before the audit sinks close: each session that dies with this process gets its session.end.
+            await sweeper.close()
             await pool.close()
             await limiter.aclose()
+            await audit_soon.flush()
             for closer in components.closers:
                 with contextlib.suppress(Exception):
                     await closer.close()

@@ -74,7 +74,8 @@ class MemorySessionStore:
     """One replica's sessions, expiring after ``idle_timeout_s`` without a request.
 
     ``on_expired`` hears of every session that expired (not deleted), so its end can be audited; expired entries
-    are swept at most every ``sweep_every_s`` on access, and whenever the table is full.
+    are swept by ``sweep`` (the app calls it on a timer, see ``session_sweep``), at most every ``sweep_every_s``
+    on access, and whenever the table is full.
     """
 
     def __init__(self, idle_timeout_s: float, max_sessions: int, *,
@@ -127,6 +128,17 @@ class MemorySessionStore:
 
     async def count(self) -> int:
         return len(self._data)
+
+    async def sweep(self) -> int:
+        """Expire every idle session now (each one reported to ``on_expired``); returns the sessions left."""
+        self._sweep(time.monotonic())
+        return len(self._data)
+
+    def drain(self) -> list[SessionData]:
+        """Forget every session (the process is shutting down) and return them, so their end can be recorded."""
+        ended = [data for data, _ in self._data.values()]
+        self._data.clear()
+        return ended
 
 
 @dataclass(slots=True)
