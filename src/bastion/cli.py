@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -12,6 +13,25 @@ from typing import Any
 
 from bastion import __version__
 from bastion.errors import ConfigError
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts. Raises ``OSError`` (port in use, address not
+    available, permission denied) while nothing has been spawned or announced yet."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As uvicorn does: a restarted gateway may bind while the old connections sit in TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -25,18 +45,28 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging("json" if cfg.logging.format == "json" else "console", cfg.logging.level)
     host = args.host or cfg.listen.host
     port = args.port if args.port is not None else cfg.listen.port
+    # Bind first: a port in use must fail here, before upstreams are spawned and "ready" is logged.
+    try:
+        sock = bind_listener(host, port)
+    except OSError as exc:
+        print(f"bastion: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     app = create_app(cfg)
     # uvicorn drains on SIGTERM, then re-raises the signal with the default handler restored, which would end
     # the process with -15 after a clean shutdown; an orchestrator must see exit 0 for a graceful stop.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # uvicorn handles SIGTERM/SIGINT: it stops accepting, waits for in-flight requests (bounded by
     # timeout_graceful_shutdown), then runs our lifespan shutdown, which closes upstreams and flushes audit sinks.
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
-                timeout_graceful_shutdown=args.grace, server_header=False, proxy_headers=False,
-                # The front door's HTTP limits live in its protocol class (server/protocol.py); no upgrades.
-                http=app.state.bastion.http_protocol, ws="none",
-                timeout_keep_alive=math.ceil(cfg.listen.keep_alive_timeout_s))
-    return 0
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=args.grace, server_header=False, proxy_headers=False,
+                            # The front door's HTTP limits live in its protocol class (server/protocol.py); no
+                            # upgrades.
+                            http=app.state.bastion.http_protocol, ws="none",
+                            timeout_keep_alive=math.ceil(cfg.listen.keep_alive_timeout_s))
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    # As uvicorn.run: a lifespan that failed at start-up (never served) is exit code 3.
+    return 0 if server.started else 3
 
 
 def _check(args: argparse.Namespace) -> int:
