@@ -117,6 +117,8 @@ class UpstreamPool:
                 self.monitor.restarting(name, detail)
             elif event == "connected":
                 self.monitor.connected(name)
+            elif event == "suspect":
+                self.monitor.suspect(name, detail)
 
         watch(on_state)
 

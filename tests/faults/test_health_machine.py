@@ -151,3 +151,24 @@ async def test_probe_cadence_follows_the_state_with_jitter() -> None:
         assert target.probes - healthy >= 5  # recovery cadence: far more often
     finally:
         await monitor.close()
+
+
+async def test_a_suspect_signal_probes_at_once_without_counting_as_a_failure() -> None:
+    cfg = HealthConfig(probe_interval_s=3600, recovery_interval_s=3600, probe_jitter=0.0, hide_after_s=None)
+    monitor = HealthMonitor(["a"], cfg)
+    target = FakeUpstream()
+    monitor.probe = target.probe
+    monitor.connected("a")
+    monitor.start()
+    try:
+        monitor.suspect("a", "GET stream ended")
+        assert monitor.status("a").state == "up"  # a stream may end for good reasons: nothing counted yet
+        await _until(lambda: target.probes == 1)
+        assert monitor.status("a").state == "up"
+        target.answer = UpstreamUnavailable("a", log_detail="connection refused")
+        await asyncio.sleep(0.25)  # past the minimum gap between probes
+        monitor.suspect("a", "GET stream ended")
+        await _until(lambda: monitor.status("a").state == "degraded")
+        assert "connection refused" in monitor.status("a").reason
+    finally:
+        await monitor.close()

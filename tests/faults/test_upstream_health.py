@@ -168,9 +168,21 @@ async def test_a_killed_http_upstream_is_reported_hidden_refused_fast_and_recove
         assert "web__echo" in names
         result = await client.call_tool("web__echo", {"message": "back"})
         assert result.content[0].text == "back"
-    m = metrics(gw)
-    assert up(m, "web") == 1 and in_state(m, "web", "up") == 1 and transitions(m, "web", "up") >= 1
-    print(f"\nhttp upstream killed: down after {detect:.2f}s; restarted: up after {recover:.2f}s")
+        m = metrics(gw)
+        assert up(m, "web") == 1 and in_state(m, "web", "up") == 1 and transitions(m, "web", "up") >= 1
+
+        # 5. Killed again, now under traffic: the failed call itself starts the confirming probe.
+        web.proc.send_signal(signal.SIGKILL)
+        web.proc.wait()
+        killed = time.monotonic()
+        with pytest.raises(Exception) as failure:
+            await client.call_tool("web__echo", {"message": "x"})
+        assert getattr(getattr(failure.value, "error", None), "code", None) == -31002
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: state(gw, "web") == "down", 10, "web never reported down"))
+        under_traffic = time.monotonic() - killed
+    print(f"\nhttp upstream killed: idle, down after {detect:.2f}s; under traffic, down after {under_traffic:.2f}s; "
+          f"listening again: up after {recover:.2f}s")
 
 
 async def test_a_killed_stdio_child_is_restarting_until_its_replacement_answers(
@@ -194,7 +206,7 @@ async def test_a_killed_stdio_child_is_restarting_until_its_replacement_answers(
         # A call made while the replacement starts waits for it (within its timeout) instead of failing.
         result = await client.call_tool("basic__echo", {"message": "during restart"})
     assert result.content[0].text == "during restart"
-    recover = await anyio.to_thread.run_sync(
+    await anyio.to_thread.run_sync(
         lambda: wait_until(lambda: state(gw, "basic") == "up", 15, "basic never came back"))
     assert up(metrics(gw), "basic") == 1
-    print(f"\nstdio child killed: restarting after {detect:.2f}s; answering again after {recover:.2f}s")
+    print(f"\nstdio child killed: restarting after {detect:.2f}s")

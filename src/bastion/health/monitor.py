@@ -110,6 +110,13 @@ class HealthMonitor:
         self._probe_soon.add(name)
         self._wake[name].set()
 
+    def suspect(self, name: str, reason: str) -> None:
+        """A sign of trouble that is not a failure by itself (a stream the server may end at will): probe now."""
+        if name in self._health:
+            log.debug("upstream.health_suspect", upstream=name, reason=reason)
+            self._probe_soon.add(name)
+            self._wake[name].set()
+
     def connected(self, name: str) -> None:
         if name in self._health:
             self._set(name, m.connected(self._health[name], self._clock()))

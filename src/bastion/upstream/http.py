@@ -29,7 +29,7 @@ from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.httpio import STREAM_TIMEOUT, HttpPeer, ResponseLike, http_errors, is_event_stream, sse_events
 from bastion.upstream.session import CLEANUP_TIMEOUT, Pending, RpcSession, StrayHandler
-from bastion.upstream.supervisor import Backoff
+from bastion.upstream.supervisor import Backoff, StateListener
 
 __all__ = ["HttpUpstream"]
 
@@ -56,6 +56,12 @@ class HttpUpstream(HttpPeer):
         self._rpc = RpcSession(name, self._post_message, on_stray=on_stray)
         self._listener: asyncio.Task[None] | None = None
         self._stream_answered = asyncio.Event()
+        self._on_state: StateListener | None = None
+
+    def watch(self, listener: StateListener) -> None:
+        """Hear when the GET stream ends or fails ("suspect"): often the first sign that the server died, so the
+        health monitor probes at once instead of at its next interval."""
+        self._on_state = listener
 
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
         self._rpc.on_notification = on_notification
@@ -204,6 +210,8 @@ class HttpUpstream(HttpPeer):
             self._stream_answered.set()
             if retry_ms is None:
                 return
+            if self._on_state is not None and not self._closed:
+                self._on_state("suspect", "GET stream ended")
             self._backoff.connection_ended(time.monotonic() - started)
             await asyncio.sleep(max(self._backoff.next_delay(), retry_ms / 1000))
 

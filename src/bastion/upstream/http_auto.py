@@ -19,6 +19,7 @@ from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.http import HttpUpstream
 from bastion.upstream.http_modern import ModernHttpUpstream
 from bastion.upstream.session import StrayHandler
+from bastion.upstream.supervisor import StateListener
 
 __all__ = ["AutoHttpUpstream"]
 
@@ -57,6 +58,10 @@ class AutoHttpUpstream:
         info = await active.start(on_notification)
         self._active = active
         return info
+
+    def watch(self, listener: StateListener) -> None:
+        """Health signals of the active transport (the handshake era's GET stream; see ``HttpUpstream.watch``)."""
+        self._legacy.watch(listener)
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:

@@ -22,7 +22,8 @@ __all__ = ["Backoff", "StateListener", "Supervisor"]
 log = structlog.get_logger("bastion.upstream")
 
 State = Literal["idle", "connected", "connecting", "waiting", "closed"]
-# Told when a live connection is being re-established ("restarting", why) and when it is back ("connected", "").
+# Told when a live connection is being re-established ("restarting", why), when it is back ("connected", ""),
+# and of signs of trouble that need a probe to confirm ("suspect", why: a stream that ended).
 StateListener = Callable[[str, str], None]
 
 
