@@ -20,6 +20,7 @@ import anyio
 import httpx
 import pytest
 from mcp import Client
+from mcp.shared.subscriptions import ToolsListChanged
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.faults.procs import cmdline, descendants
@@ -105,8 +106,12 @@ def gw(tmp_path: Path, web: FixtureServer, slow_restart_flag: Path) -> Iterator[
 
 
 def restart(server: FixtureServer) -> None:
+    restart_fixture(server, "tests.fixtures.basic_server")
+
+
+def restart_fixture(server: FixtureServer, module: str) -> None:
     server.proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fixtures.basic_server", "--transport", "streamable-http", "--port",
+        [sys.executable, "-m", module, "--transport", "streamable-http", "--port",
          str(server.port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_port(server.port)
 
@@ -125,9 +130,11 @@ def transitions(m: dict[tuple[str, frozenset[tuple[str, str]]], float], upstream
 
 async def test_a_killed_http_upstream_is_reported_hidden_refused_fast_and_recovered(
         gw: GatewayProcess, web: FixtureServer) -> None:
+    time.sleep(1.2)  # two probe intervals: the probe itself must never make a healthy upstream look ill
     status, body = readyz(gw)
     assert status == 200 and body["checks"]["upstream_health"]["web"]["state"] == "up"
-    assert up(metrics(gw), "web") == 1
+    m = metrics(gw)
+    assert up(m, "web") == 1 and transitions(m, "web", "degraded") == 0 and transitions(m, "web", "down") == 0
     changes = ListChanges()
     async with Client(gw.url, mode="legacy", message_handler=changes) as client:
         assert "web__echo" in {t.name for t in (await client.list_tools()).tools}
@@ -210,3 +217,44 @@ async def test_a_killed_stdio_child_is_restarting_until_its_replacement_answers(
         lambda: wait_until(lambda: state(gw, "basic") == "up", 15, "basic never came back"))
     assert up(metrics(gw), "basic") == 1
     print(f"\nstdio child killed: restarting after {detect:.2f}s")
+
+
+@pytest.fixture
+def modern_web() -> Iterator[FixtureServer]:
+    server = FixtureServer("tests.fixtures.modern_server")
+    yield server
+    if server.proc.poll() is None:
+        server.stop()
+
+
+async def test_a_killed_modern_http_upstream_is_probed_with_discover_and_listeners_are_told(
+        tmp_path: Path, modern_web: FixtureServer) -> None:
+    gw = GatewayProcess({"auth": "none", "health": HEALTH,
+                         "upstreams": {"modern": {"url": modern_web.url, "era": "modern"}}}, tmp_path).start()
+    try:
+        await anyio.sleep(1.2)  # server/discover probes of a healthy modern upstream keep it up
+        m = metrics(gw)
+        assert in_state(m, "modern", "up") == 1 and transitions(m, "modern", "degraded") == 0
+        async with Client(gw.url) as client, client.listen(tools_list_changed=True) as subscription:
+            assert client.protocol_version == "2026-07-28"
+            assert any(t.name.startswith("modern__") for t in (await client.list_tools()).tools)
+            modern_web.proc.send_signal(signal.SIGKILL)
+            modern_web.proc.wait()
+            await anyio.to_thread.run_sync(
+                lambda: wait_until(lambda: state(gw, "modern") == "down", 10, "modern never reported down"))
+            assert readyz(gw)[0] == 503  # its only upstream is down: the replica must leave the Service
+            with anyio.fail_after(10):
+                assert isinstance(await subscription.__anext__(), ToolsListChanged)
+            assert (await client.list_tools()).tools == []
+            with pytest.raises(Exception) as failure:
+                await client.call_tool("modern__echo", {"message": "x"})
+            assert getattr(getattr(failure.value, "error", None), "code", None) == -31002
+            restart_fixture(modern_web, "tests.fixtures.modern_server")
+            await anyio.to_thread.run_sync(
+                lambda: wait_until(lambda: state(gw, "modern") == "up", 10, "modern never came back"))
+            with anyio.fail_after(10):
+                assert isinstance(await subscription.__anext__(), ToolsListChanged)
+            assert any(t.name.startswith("modern__") for t in (await client.list_tools()).tools)
+        assert readyz(gw)[0] == 200
+    finally:
+        gw.stop()
