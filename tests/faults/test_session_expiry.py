@@ -129,3 +129,25 @@ def test_an_idle_session_ends_with_its_record_and_the_rest_end_at_shutdown(gw: G
     assert [(r["session"], r["reason"]) for r in ends] == [(idle.session_id, "expired"), (kept.session_id, "shutdown")]
     idle.close()
     kept.close()
+
+
+def test_with_redis_an_idle_session_ends_with_its_record_though_redis_expired_it_silently(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    from tests.e2e.conftest import stdio_upstream
+
+    gw = GatewayProcess({"auth": "none", "redis": {"url": redis_server.url},
+                         "sessions": {"idle_timeout": "1s", "sweep_interval": "200ms"},
+                         "upstreams": {"basic": stdio_upstream()}}, tmp_path).start()
+    client = RpcClient(gw.url)
+    try:
+        client.initialize()
+        ends = gw.wait_records("session.end", 1, timeout=6)
+        assert [(r["session"], r["reason"]) for r in ends] == [(client.session_id, "expired")]
+        assert ends[0]["client"]["name"] == "rpc-test"
+        assert active_sessions(gw) == 0
+        assert client.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}).status_code == 404
+    finally:
+        client.close()
+        assert gw.stop() == 0
+    # Redis sessions outlive a replica: its shutdown ends none of them (here none is left anyway).
+    assert [r["reason"] for r in gw.records("session.end")] == ["expired"]
