@@ -18,6 +18,9 @@ EXPECTED = {
     "bastion_audit_sink_failures": "counter",
     "bastion_policy_denials": "counter",
     "bastion_limiter_redis_up": "gauge",
+    "bastion_upstream_state": "gauge",
+    "bastion_upstream_transitions": "counter",
+    "bastion_upstream_restarts": "counter",
 }
 
 
@@ -48,6 +51,7 @@ def _exercise(m: Metrics) -> None:
     m.audit_sink_failed("redis:bastion:audit")
     m.set_limiter_redis_up(True)
     m.policy_denied("no-writes")
+    m.upstream_health("files", "up", previous="down")
 
 
 def test_every_series_is_exposed_with_its_type() -> None:
@@ -128,3 +132,21 @@ def test_stray_upstream_responses_are_counted_by_upstream_and_reason() -> None:
     assert s[("bastion_upstream_stray_responses_total",
               frozenset({("upstream", "files"), ("reason", "wrong_stream")}))] == 2
     assert s[("bastion_upstream_stray_responses_total", frozenset({("upstream", "files"), ("reason", "late")}))] == 1
+
+
+def test_upstream_health_sets_one_state_counts_transitions_and_restarts() -> None:
+    m = Metrics()
+    m.upstream_health("notes", "down")  # declared at start: no transition counted
+    m.upstream_health("notes", "up", previous="down")
+    m.upstream_health("notes", "restarting", previous="up")
+    s = _scrape(m)
+    states = {state: s[("bastion_upstream_state", frozenset({("upstream", "notes"), ("state", state)}))]
+              for state in ("up", "degraded", "down", "restarting")}
+    assert states == {"up": 0, "degraded": 0, "down": 0, "restarting": 1}
+    assert s[("bastion_upstream_up", frozenset({("upstream", "notes")}))] == 0
+    assert s[("bastion_upstream_transitions_total", frozenset({("upstream", "notes"), ("state", "up")}))] == 1
+    assert s[("bastion_upstream_transitions_total", frozenset({("upstream", "notes"), ("state", "restarting")}))] == 1
+    assert ("bastion_upstream_transitions_total", frozenset({("upstream", "notes"), ("state", "down")})) not in s
+    assert s[("bastion_upstream_restarts_total", frozenset({("upstream", "notes")}))] == 1
+    m.upstream_health("notes", "degraded", previous="restarting")
+    assert _scrape(m)[("bastion_upstream_up", frozenset({("upstream", "notes")}))] == 1
