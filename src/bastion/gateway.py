@@ -123,8 +123,9 @@ class Gateway:
         try:
             result = await member.upstream.request(method, params, timeout=member.timeout_s, on_message=on_message)
         except (UpstreamUnavailable, UpstreamTimeout) as exc:
-            # Passive health signal: a transport failure (a timeout too: the probe then tells slow from dead).
-            health.failed(upstream, exc.log_detail or exc.message)
+            # Passive health signal. A timeout may be one slow tool: it only starts a probe that tells slow from
+            # dead; an unreachable upstream counts towards "down".
+            health.failed(upstream, exc.log_detail or exc.message, soft=isinstance(exc, UpstreamTimeout))
             raise
         except UpstreamRpcError as exc:
             health.succeeded(upstream)

@@ -43,6 +43,17 @@ def test_a_success_between_failures_resets_the_count() -> None:
     assert h.state == "degraded"
 
 
+def test_timed_out_calls_degrade_but_never_bring_an_upstream_down() -> None:
+    h = m.connected(m.initial(0.0), 0.0)
+    for at in (1.0, 2.0, 3.0, 4.0):
+        h = m.failed(h, at, "did not answer within 5 s", failures_to_down=2, soft=True)
+    assert (h.state, h.since, h.failures) == ("degraded", 1.0, 0)
+    h = m.failed(h, 5.0, "probe failed: no answer in time", failures_to_down=2)
+    h = m.failed(h, 6.0, "probe failed: no answer in time", failures_to_down=2)
+    assert h.state == "down"  # the probe's own failures decide
+    assert m.failed(h, 7.0, "slow", failures_to_down=2, soft=True) is h
+
+
 def test_restarting_ignores_failures_until_the_transport_reconnects() -> None:
     h = m.connected(m.initial(0.0), 0.0)
     h = m.restarting(h, 1.0, "stdout closed; exit code -9")

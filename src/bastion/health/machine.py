@@ -55,10 +55,14 @@ def succeeded(health: Health, at: float) -> Health:
     return _to(health, "up", "answering", at, 0)
 
 
-def failed(health: Health, at: float, reason: str, *, failures_to_down: int) -> Health:
-    """A call or probe failed at the transport level."""
+def failed(health: Health, at: float, reason: str, *, failures_to_down: int, soft: bool = False) -> Health:
+    """A call or probe failed at the transport level. ``soft``: a call that timed out, which may be one slow
+    tool rather than a sick upstream; it degrades a healthy upstream (so a probe decides) but never counts
+    towards ``down``, or a burst of slow calls would make a live upstream refuse everything."""
     if health.state == "restarting":
         return replace(health, failures=health.failures + 1)
+    if soft:
+        return _to(health, "degraded", reason, at, health.failures) if health.state == "up" else health
     failures = health.failures + 1
     if health.state == "down" or failures >= failures_to_down:
         return _to(health, "down", reason, at, failures)

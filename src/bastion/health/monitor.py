@@ -101,12 +101,14 @@ class HealthMonitor:
         if health is not None and (health.state != "up" or health.failures):
             self._set(name, m.succeeded(health, self._clock()))
 
-    def failed(self, name: str, reason: str) -> None:
-        """A call at the transport level failed: count it and confirm with a probe right away."""
+    def failed(self, name: str, reason: str, *, soft: bool = False) -> None:
+        """A call at the transport level failed: count it (``soft``: a timeout, see ``machine.failed``) and
+        confirm with a probe right away."""
         health = self._health.get(name)
         if health is None:
             return
-        self._set(name, m.failed(health, self._clock(), reason, failures_to_down=self.config.failures_to_down))
+        self._set(name, m.failed(health, self._clock(), reason, failures_to_down=self.config.failures_to_down,
+                                 soft=soft))
         self._probe_soon.add(name)
         self._wake[name].set()
 
