@@ -141,6 +141,11 @@ def test_lists_sessions_and_auth_failures_are_audited(audited: GatewayProcess) -
 
 
 def test_metrics_expose_the_expected_series(audited: GatewayProcess) -> None:
+    # The previous test crashed the basic child: its gauge is truthfully 0 until the replacement answers.
+    deadline = time.monotonic() + 30
+    while httpx.get(audited.base + "/readyz", timeout=10).json()["checks"]["upstreams"]["basic"] is not True:
+        assert time.monotonic() < deadline, "basic never came back after the crash"
+        time.sleep(0.05)
     text = httpx.get(audited.base + "/metrics", timeout=10).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     for name in ("bastion_tool_calls", "bastion_call_overhead_seconds", "bastion_upstream_latency_seconds",
