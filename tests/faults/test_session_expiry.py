@@ -132,10 +132,12 @@ def test_an_idle_session_ends_with_its_record_and_the_rest_end_at_shutdown(gw: G
 
 
 def test_with_redis_an_idle_session_ends_with_its_record_though_redis_expired_it_silently(
-        tmp_path: Path, redis_server: RedisServer) -> None:
+        tmp_path: Path, private_redis: RedisServer) -> None:
     from tests.e2e.conftest import stdio_upstream
 
-    gw = GatewayProcess({"auth": "none", "redis": {"url": redis_server.url},
+    # A Redis of its own: the session index is shared by every gateway on one Redis, by design, so another
+    # test's sessions expiring there would be (rightly) recorded by this gateway too.
+    gw = GatewayProcess({"auth": "none", "redis": {"url": private_redis.url},
                          "sessions": {"idle_timeout": "1s", "sweep_interval": "200ms"},
                          "upstreams": {"basic": stdio_upstream()}}, tmp_path).start()
     client = RpcClient(gw.url)
