@@ -28,7 +28,7 @@ from tests.support.fixture_server import FixtureServer
 from tests.support.gateway import REPO, GatewayProcess
 from tests.support.net import wait_for_port
 
-HEALTH = {"probe_interval": "500ms", "recovery_interval": "200ms", "probe_jitter": 0.1, "probe_timeout": "1s",
+HEALTH = {"probe_interval": "500ms", "recovery_interval": "200ms", "probe_jitter": 0.1, "probe_timeout": "3s",
           "failures_to_down": 2, "hide_after": "1s"}
 
 
@@ -138,6 +138,15 @@ async def test_a_killed_http_upstream_is_reported_hidden_refused_fast_and_recove
     changes = ListChanges()
     async with Client(gw.url, mode="legacy", message_handler=changes) as client:
         assert "web__echo" in {t.name for t in (await client.list_tools()).tools}
+        # The SDK opens its GET stream in the background; a notification sent before it is open is lost. A
+        # change of our own, seen arriving, proves the stream is there before the fault is injected.
+        with anyio.fail_after(30):
+            while changes.count == 0:
+                await client.call_tool("basic__grow", {})
+                with anyio.move_on_after(1):
+                    await changes.wait_for(1)
+        await anyio.sleep(0.5)  # let the last grow's refresh settle, so its notification is not counted below
+        seen = changes.count
 
         # 1. Kill the HTTP upstream; no traffic: the active probe alone must notice.
         web.proc.send_signal(signal.SIGKILL)
@@ -161,7 +170,7 @@ async def test_a_killed_http_upstream_is_reported_hidden_refused_fast_and_recove
         assert records[-1]["outcome"] == "upstream_unavailable"
 
         # 3. After the grace its tools leave the list, and the connected client is told.
-        await changes.wait_for(1)
+        await changes.wait_for(seen + 1)
         names = {t.name for t in (await client.list_tools()).tools}
         assert not any(n.startswith("web__") for n in names) and "basic__echo" in names
         assert readyz(gw)[1]["checks"]["upstream_health"]["web"]["tools_hidden"] is True
@@ -170,7 +179,7 @@ async def test_a_killed_http_upstream_is_reported_hidden_refused_fast_and_recove
         restart(web)
         recover = await anyio.to_thread.run_sync(
             lambda: wait_until(lambda: state(gw, "web") == "up", 10, "web never came back"))
-        await changes.wait_for(2)
+        await changes.wait_for(seen + 2)
         names = {t.name for t in (await client.list_tools()).tools}
         assert "web__echo" in names
         result = await client.call_tool("web__echo", {"message": "back"})
