@@ -113,7 +113,7 @@ def restart_fixture(server: FixtureServer, module: str) -> None:
     server.proc = subprocess.Popen(
         [sys.executable, "-m", module, "--transport", "streamable-http", "--port",
          str(server.port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(server.port)
+    wait_for_port(server.port, timeout=60)  # a loaded machine can take long to start Python and the SDK
 
 
 def up(m: dict[tuple[str, frozenset[tuple[str, str]]], float], upstream: str) -> float:
