@@ -84,7 +84,9 @@ def limited_pair(tmp_path_factory: pytest.TempPathFactory,
     workdir: Path = tmp_path_factory.mktemp("limited")
     config = {"auth": "none", "redis": {"url": redis_server.url.replace("/0", "/4")},
               "upstreams": {"basic": stdio_upstream()},
-              "rate_limits": {"key_prefix": f"bastion:rl:e2e{time.time_ns()}",
+              # This test is about exact counting across replicas; a generous Redis bound keeps a CPU-starved
+              # test machine from turning a slow round trip into a "limiter unavailable" refusal.
+              "rate_limits": {"key_prefix": f"bastion:rl:e2e{time.time_ns()}", "timeout": "3s",
                               "defaults": [{"name": "per-caller", "rate": "10/hour", "burst": 10, "per": "principal"}]}}
     gws = [GatewayProcess(config, workdir).start(), GatewayProcess(config, workdir).start()]
     yield gws
