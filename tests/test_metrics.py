@@ -18,6 +18,9 @@ EXPECTED = {
     "bastion_audit_sink_failures": "counter",
     "bastion_policy_denials": "counter",
     "bastion_limiter_redis_up": "gauge",
+    "bastion_tool_call_duration_seconds": "histogram",
+    "bastion_catalogue_refreshes": "counter",
+    "bastion_sessions_started": "counter",
     "bastion_upstream_state": "gauge",
     "bastion_upstream_transitions": "counter",
     "bastion_upstream_restarts": "counter",
@@ -52,6 +55,8 @@ def _exercise(m: Metrics) -> None:
     m.set_limiter_redis_up(True)
     m.policy_denied("no-writes")
     m.upstream_health("files", "up", previous="down")
+    m.catalogue_refreshed("files", "ok")
+    m.catalogue_refreshed("github", "failed")
 
 
 def test_every_series_is_exposed_with_its_type() -> None:
@@ -150,3 +155,40 @@ def test_upstream_health_sets_one_state_counts_transitions_and_restarts() -> Non
     assert s[("bastion_upstream_restarts_total", frozenset({("upstream", "notes")}))] == 1
     m.upstream_health("notes", "degraded", previous="restarting")
     assert _scrape(m)[("bastion_upstream_up", frozenset({("upstream", "notes")}))] == 1
+
+
+def test_a_fresh_metrics_object_exports_no_redis_series() -> None:
+    # An in-memory gateway never calls the Redis setters: neither gauge may read 0 and fire a Redis alert.
+    names = {name for name, _ in _scrape(Metrics())}
+    assert not {n for n in names if "redis" in n}
+
+
+def test_per_tool_latency_histogram_is_capped_on_its_own() -> None:
+    m = Metrics(max_label_values=50, histogram_tools=2)
+    for i in range(5):
+        m.observe_call(tool=f"t{i}", upstream="u", decision="allow", stage="complete", total_s=0.02,
+                       upstream_s=0.01)
+    s = _scrape(m)
+    counts = {dict(labels)["tool"]: v for (name, labels), v in s.items()
+              if name == "bastion_tool_call_duration_seconds_count"}
+    assert counts == {"t0": 1, "t1": 1, "other": 3}
+    # The counter keeps its own, larger cap.
+    assert len({dict(labels)["tool"] for (name, labels) in s if name == "bastion_tool_calls_total"}) == 5
+    assert s[("bastion_tool_call_duration_seconds_bucket",
+              frozenset({("tool", "t0"), ("upstream", "u"), ("le", "0.025")}))] == 1
+    assert s[("bastion_tool_call_duration_seconds_bucket",
+              frozenset({("tool", "t0"), ("upstream", "u"), ("le", "0.01")}))] == 0
+
+
+def test_catalogue_refresh_outcomes_and_sessions_started() -> None:
+    m = Metrics()
+    m.catalogue_refreshed("files", "ok")
+    m.catalogue_refreshed("files", "ok")
+    m.catalogue_refreshed("files", "error")
+    m.session_opened()
+    m.session_closed()
+    s = _scrape(m)
+    assert s[("bastion_catalogue_refreshes_total", frozenset({("upstream", "files"), ("outcome", "ok")}))] == 2
+    assert s[("bastion_catalogue_refreshes_total", frozenset({("upstream", "files"), ("outcome", "error")}))] == 1
+    assert s[("bastion_sessions_started_total", frozenset())] == 1
+    assert s[("bastion_active_sessions", frozenset())] == 0

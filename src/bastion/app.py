@@ -336,7 +336,7 @@ def create_app(settings: Settings) -> Starlette:
                         refresh_interval_s=settings.catalogue.refresh_interval_s or None,
                         on_event=gateway.upstream_event, limits=settings.catalogue.limits,
                         on_limit=lambda drop: audit_log.emit(catalogue_limit_record(at=time.time(), drop=drop)),
-                        health=monitor)
+                        health=monitor, on_refresh=metrics.catalogue_refreshed)
     gateway.pool = pool
     metrics.declare_upstreams([m.upstream.name for m in members])
     for member in members:
@@ -404,8 +404,8 @@ def create_app(settings: Settings) -> Starlette:
                             status_code=200 if ok else 503)
 
     async def metrics_endpoint(request: Request) -> Response:
-        for name, up in pool.health().items():
-            metrics.set_upstream_up(name, up)
+        # bastion_upstream_up follows the health monitor's transitions (upstream_health), not the pool's
+        # "connected" flag: a connected upstream that stopped answering is down, and must read 0.
         metrics.set_catalogue_tools(len(gateway.view.catalogue.tools))
         body, content_type = metrics.render(request.headers.get("accept"))
         return Response(body, media_type=content_type)

@@ -70,14 +70,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from bastion import settings as settings_mod
+    from bastion.check import run
 
-    cfg = settings_mod.load(args.config)
-    names = ", ".join(f"{u.name} ({'no prefix' if not u.prefix else u.prefix})" for u in cfg.upstreams)
-    print(f"{cfg.source}: OK — {len(cfg.upstreams)} upstream(s): {names}")
-    if not cfg.policies:
-        print("warning: no 'policies' configured: every authenticated principal may call every tool")
-    return 0
+    return run(args.config, online=args.online, out=sys.stdout, err=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,8 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grace", type=int, default=30, help="seconds to let in-flight calls finish on SIGTERM")
     serve.set_defaults(func=_serve)
 
-    check = sub.add_parser("check", help="validate a config file without serving")
+    check = sub.add_parser("check", help="find what 'serve' would refuse: config, key files, every policy file",
+                           description="Exit codes: 0 fine (warnings allowed), 1 problems found, 2 usage error, "
+                                       "3 a dependency (--online) could not be reached.")
     check.add_argument("--config", "-c", help="config file (default: $BASTION_CONFIG)")
+    check.add_argument("--online", action="store_true",
+                       help="also contact the pin store (and its Redis) the config points at")
     check.set_defaults(func=_check)
 
     from bastion.auth.cli import register as register_keys

@@ -14,7 +14,7 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
-__all__ = ["OVERHEAD_BUCKETS", "UPSTREAM_BUCKETS", "LabelCap", "Metrics"]
+__all__ = ["OVERHEAD_BUCKETS", "TOOL_HISTOGRAM_TOOLS", "UPSTREAM_BUCKETS", "LabelCap", "Metrics"]
 
 # Gateway overhead is expected in the tens to hundreds of microseconds; the default buckets start at 5 ms and
 # would put every observation in the first one.
@@ -22,6 +22,10 @@ OVERHEAD_BUCKETS: tuple[float, ...] = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 
                                        0.1, 0.25, 1.0)
 UPSTREAM_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                                        60.0, 120.0)
+# Per-tool latency: one histogram series set per tool is the costliest label in bastion (buckets + 3 series
+# each), so it gets its own, smaller cap: the first TOOL_HISTOGRAM_TOOLS tools seen get their own histogram,
+# later ones share ``tool="other"``. The call counter keeps the full ``max_label_values`` cap.
+TOOL_HISTOGRAM_TOOLS = 100
 OTHER = "other"
 _HEALTH_STATES = ("up", "degraded", "down", "restarting")
 _MAX_VALUE_LEN = 128
@@ -48,15 +52,25 @@ class LabelCap:
 class Metrics:
     """Every series bastion exports. The core calls the methods; nothing else touches the collectors."""
 
-    def __init__(self, *, max_label_values: int = 1000) -> None:
+    def __init__(self, *, max_label_values: int = 1000, histogram_tools: int = TOOL_HISTOGRAM_TOOLS) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._cap = LabelCap(max_label_values)
+        self._histogram_cap = LabelCap(histogram_tools)
         r = self.registry
         self.tool_calls = Counter("bastion_tool_calls", "tools/call requests by outcome.",
                                   ["tool", "upstream", "decision", "stage"], registry=r)
         self.call_overhead = Histogram("bastion_call_overhead_seconds",
                                        "Time a tools/call spent in bastion itself (total minus upstream).",
                                        buckets=OVERHEAD_BUCKETS, registry=r)
+        self.tool_duration = Histogram("bastion_tool_call_duration_seconds",
+                                       "Time a tools/call took end to end (gateway and upstream), by tool. The "
+                                       f"first {histogram_tools} tools seen get their own series, later ones "
+                                       "tool=\"other\".", ["tool", "upstream"], buckets=UPSTREAM_BUCKETS,
+                                       registry=r)
+        self.catalogue_refreshes = Counter("bastion_catalogue_refreshes",
+                                           "Fetches of an upstream's lists (outcome: ok|error|failed).",
+                                           ["upstream", "outcome"], registry=r)
+        self.sessions_started = Counter("bastion_sessions_started", "Client sessions opened.", registry=r)
         self.upstream_latency = Histogram("bastion_upstream_latency_seconds",
                                           "Time the upstream took to answer a tools/call.", ["upstream"],
                                           buckets=UPSTREAM_BUCKETS, registry=r)
@@ -90,8 +104,9 @@ class Metrics:
         self.upstream_restarts = Counter("bastion_upstream_restarts",
                                          "Times an upstream's transport lost its connection and began re-establishing "
                                          "it (stdio child respawn, SSE stream re-open).", ["upstream"], registry=r)
-        self.limiter_redis_up = Gauge("bastion_limiter_redis_up", "1 when the rate limiter's Redis answers.",
-                                      registry=r)
+        # Created on first use: an unlabelled gauge exists from construction and would read 0 (firing
+        # BastionLimiterRedisDown) on a gateway whose limiter never uses Redis.
+        self.limiter_redis_up: Gauge | None = None
         self.redis_up = Gauge("bastion_redis_up", "1 when Redis answers this use (sessions|limiter|pins).", ["use"],
                               registry=r)
         self.session_fallbacks = Counter("bastion_session_store_fallbacks",
@@ -112,6 +127,8 @@ class Metrics:
         self.tool_calls.labels(tool=self._cap("tool", tool), upstream=self._cap("upstream", upstream),
                                decision=self._cap("decision", decision), stage=self._cap("stage", stage)).inc()
         self.call_overhead.observe(max(0.0, total_s - (upstream_s or 0.0)))
+        self.tool_duration.labels(tool=self._histogram_cap("tool", tool),
+                                  upstream=self._cap("upstream", upstream)).observe(max(0.0, total_s))
         if upstream_s is not None and upstream is not None:
             self.upstream_latency.labels(upstream=self._cap("upstream", upstream)).observe(max(0.0, upstream_s))
 
@@ -125,6 +142,11 @@ class Metrics:
     def validation_action(self, direction: Literal["input", "output"], action: str) -> None:
         """``action``: e.g. ``passed``, ``rejected``, ``skipped`` (no schema), ``withheld``."""
         self.validation_actions.labels(direction=direction, action=self._cap("action", action)).inc()
+
+    def tools_quarantined(self, count: int) -> None:
+        """``count`` tools entered schema quarantine (``validation_actions{direction=input,action=quarantined}``)."""
+        if count > 0:
+            self.validation_actions.labels(direction="input", action="quarantined").inc(count)
 
     def sanitize_counts(self, counts: dict[str, int]) -> None:
         """Add a call's sanitizer counts (class -> number of actions), as recorded on the ``CallRecord``."""
@@ -151,6 +173,11 @@ class Metrics:
 
     def session_opened(self) -> None:
         self.active_sessions.inc()
+        self.sessions_started.inc()
+
+    def catalogue_refreshed(self, upstream: str, outcome: Literal["ok", "error", "failed"]) -> None:
+        """One fetch of ``upstream``'s lists: ``ok``, ``error`` (it answered with an error), ``failed`` (no answer)."""
+        self.catalogue_refreshes.labels(upstream=self._cap("upstream", upstream), outcome=outcome).inc()
 
     def session_closed(self) -> None:
         self.active_sessions.dec()
@@ -171,6 +198,9 @@ class Metrics:
                                              reason=self._cap("reason", reason)).inc()
 
     def set_limiter_redis_up(self, up: bool) -> None:
+        if self.limiter_redis_up is None:
+            self.limiter_redis_up = Gauge("bastion_limiter_redis_up", "1 when the rate limiter's Redis answers.",
+                                          registry=self.registry)
         self.limiter_redis_up.set(1 if up else 0)
         self.redis_up.labels(use="limiter").set(1 if up else 0)
 

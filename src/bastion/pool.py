@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -30,6 +30,8 @@ ChangeHandler = Callable[[Mapping[str, UpstreamLists]], Awaitable[None]]
 EventHandler = Callable[[str, str, Mapping[str, Any]], Awaitable[None]]
 # Items a list fetch dropped under ``catalogue.limits`` (the app writes them to the audit log).
 LimitHandler = Callable[[LimitDrop], Awaitable[None]]
+# One fetch of an upstream's lists: ok, error (it answered with a JSON-RPC error), failed (no usable answer).
+RefreshOutcome = Literal["ok", "error", "failed"]
 
 _LIST_METHODS = (("tools", "tools/list", "tools"), ("prompts", "prompts/list", "prompts"),
                  ("resources", "resources/list", "resources"),
@@ -50,7 +52,8 @@ class UpstreamPool:
     def __init__(self, members: Sequence[Member], on_change: ChangeHandler, *, debounce_s: float = 0.2,
                  retry_max_s: float = 30.0, refresh_interval_s: float | None = None,
                  on_event: EventHandler | None = None, limits: CatalogueLimits | None = None,
-                 on_limit: LimitHandler | None = None, health: HealthMonitor | None = None) -> None:
+                 on_limit: LimitHandler | None = None, health: HealthMonitor | None = None,
+                 on_refresh: Callable[[str, RefreshOutcome], None] | None = None) -> None:
         self._members = {m.upstream.name: m for m in members}
         self._order = [m.upstream.name for m in members]
         self._on_change = on_change
@@ -65,6 +68,7 @@ class UpstreamPool:
         self._tasks: list[asyncio.Task[None]] = []
         self._limits = limits or CatalogueLimits()
         self._on_limit = on_limit
+        self._on_refresh = on_refresh
         # Refresh gating (see refresh_gate): the gate generation each stored list was fetched at, and the lists
         # the current view was built from, to tell a changed listing from a routine refresh.
         self.gate = RefreshGate()
@@ -248,7 +252,14 @@ class UpstreamPool:
         """Fetch ``name``'s lists and store them; a tools listing that differs from the published one gates the
         upstream's tools until the view built from it is published (a change nobody announced)."""
         generation = self.gate.generation(name)
-        lists = await self._fetch(self._members[name])
+        try:
+            lists = await self._fetch(self._members[name])
+        except RequestError as exc:
+            if self._on_refresh is not None:
+                self._on_refresh(name, "error" if isinstance(exc, UpstreamRpcError) else "failed")
+            raise
+        if self._on_refresh is not None:
+            self._on_refresh(name, "ok")
         published = self._published.get(name)
         if published is not None and list(published.tools) != list(lists.tools):
             if not self.gate.is_closed(name):

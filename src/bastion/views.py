@@ -231,7 +231,12 @@ class ValidationMetricsAdapter:
             self._metrics.validation_action(direction, outcome)
 
     def quarantined(self, upstream: str, tool: str) -> None:
-        self._metrics.validation_action("input", "quarantined")
+        # Compiling re-runs on every catalogue version; ``CompileSchemas`` counts a tool when it enters
+        # quarantine, so a refresh that finds the same bad schema again counts nothing.
+        pass
+
+    def entered_quarantine(self, count: int) -> None:
+        self._metrics.tools_quarantined(count)
 
 
 class CompileSchemas:
@@ -247,6 +252,7 @@ class CompileSchemas:
         self._config = config
         self._metrics = ValidationMetricsAdapter(metrics)
         self._cache: dict[bytes, ToolValidators | str] = {}
+        self._rejected: frozenset[str] = frozenset()
 
     async def __call__(self, view: View, lists: Mapping[str, UpstreamLists]) -> View:
         validators: dict[str, ToolValidators] = {}
@@ -259,8 +265,6 @@ class CompileSchemas:
             if outcome is None:
                 compiled, reasons = compile_catalogue([entry], self._config.limits, metrics=self._metrics)
                 outcome = compiled.get(entry.public_name) or reasons[entry.public_name]
-            elif isinstance(outcome, str):
-                self._metrics.quarantined(entry.upstream, entry.original_name)
             if key is not None:
                 cache[key] = outcome
             if isinstance(outcome, str):
@@ -271,6 +275,9 @@ class CompileSchemas:
                 await asyncio.sleep(0)
                 deadline = time.perf_counter() + _SLICE_S
         self._cache = cache
+        # Counted on entry, once: the same tool still quarantined by the next refresh is not a new event.
+        self._metrics.entered_quarantine(len(rejected.keys() - self._rejected))
+        self._rejected = frozenset(rejected)
         quarantined = {**view.quarantined, **{name: f"schema rejected: {why}" for name, why in rejected.items()}}
         return replace(view, quarantined=quarantined, derived={**view.derived, VALIDATORS: validators})
 

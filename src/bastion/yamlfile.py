@@ -26,16 +26,28 @@ class YamlDoc:
     data: Any
     source: str
     lines: Mapping[str, int] = field(default_factory=dict)
+    # Paths whose value was an unquoted YAML 1.1 boolean word other than true/false (``off``, ``yes``, ...) ->
+    # the word as written. YAML reads ``output: off`` as ``False``; an error there names the word and the fix.
+    bool_words: Mapping[str, str] = field(default_factory=dict)
 
     def error(self, message: str, path: str) -> ConfigError:
         """A ConfigError for ``path``, pointing at the nearest line we know."""
         probe = path
         while probe and probe not in self.lines:
             probe = probe.rsplit(".", 1)[0] if "." in probe else ""
+        word = self.bool_words.get(path)
+        if word is not None:
+            message = (f"{message} (YAML 1.1 reads the unquoted word {word} as the boolean "
+                       f"{str(word.lower() in _TRUE_WORDS).lower()}: quote it, {path.rsplit('.', 1)[-1]}: "
+                       f"\"{word}\")")
         return ConfigError(message, source=self.source, path=path, line=self.lines.get(probe))
 
 
-def _walk(node: yaml.Node, path: str, lines: dict[str, int], source: str) -> Any:
+_TRUE_WORDS = frozenset({"yes", "y", "on"})
+
+
+def _walk(node: yaml.Node, path: str, lines: dict[str, int], source: str,
+          words: dict[str, str] | None = None) -> Any:
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -48,17 +60,21 @@ def _walk(node: yaml.Node, path: str, lines: dict[str, int], source: str) -> Any
                 raise ConfigError(f"duplicate key {key!r}", source=source, path=child,
                                   line=key_node.start_mark.line + 1)
             lines[child] = key_node.start_mark.line + 1
-            out[key] = _walk(value_node, child, lines, source)
+            out[key] = _walk(value_node, child, lines, source, words)
         return out
     if isinstance(node, yaml.SequenceNode):
         items = []
         for i, item in enumerate(node.value):
             child = f"{path}[{i}]"
             lines[child] = item.start_mark.line + 1
-            items.append(_walk(item, child, lines, source))
+            items.append(_walk(item, child, lines, source, words))
         return items
     assert isinstance(node, yaml.ScalarNode)
-    return _scalar(node)
+    value = _scalar(node)
+    if words is not None and isinstance(value, bool) and node.style is None \
+            and node.value.lower() not in ("true", "false"):
+        words[path] = node.value
+    return value
 
 
 def _scalar(node: yaml.ScalarNode) -> Any:
@@ -78,8 +94,9 @@ def load_yaml_text(text: str, source: str) -> YamlDoc:
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"invalid YAML: {problem}", source=source, line=line) from None
     lines: dict[str, int] = {}
-    data = _walk(root, "", lines, source) if root is not None else None
-    return YamlDoc(data=data, source=source, lines=lines)
+    words: dict[str, str] = {}
+    data = _walk(root, "", lines, source, words) if root is not None else None
+    return YamlDoc(data=data, source=source, lines=lines, bool_words=words)
 
 
 def load_yaml_file(path: Path) -> YamlDoc:

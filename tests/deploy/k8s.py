@@ -169,6 +169,33 @@ def check_references(docs: list[Doc]) -> None:
             assert pdb["spec"]["minAvailable"] < target["spec"]["replicas"], pdb["metadata"]["name"]
 
 
+def check_scaling_and_monitoring(docs: list[Doc]) -> None:
+    """What the HPA and ServiceMonitor schemas cannot say: what they point at exists and can work."""
+    for hpa in by_kind(docs, "HorizontalPodAutoscaler"):
+        ref = hpa["spec"]["scaleTargetRef"]
+        target = next((d for d in docs if d["kind"] == ref["kind"] and d["metadata"]["name"] == ref["name"]), None)
+        assert target is not None, f"HPA {hpa['metadata']['name']} targets nothing"
+        assert ref["apiVersion"] == target["apiVersion"], hpa["metadata"]["name"]
+        # A replicas field in the manifest would reset the HPA's count at every apply.
+        assert "replicas" not in target["spec"], f"{ref['name']}: replicas set while an HPA owns the count"
+        assert 1 <= hpa["spec"].get("minReplicas", 1) <= hpa["spec"]["maxReplicas"], hpa["metadata"]["name"]
+        pods = target["spec"]["template"]["spec"]
+        for metric in hpa["spec"].get("metrics", []):
+            if metric["type"] == "Resource" and metric["resource"]["target"]["type"] == "Utilization":
+                # Utilization is a share of the request: without one the HPA cannot compute it.
+                resource = metric["resource"]["name"]
+                for container in pods["containers"]:
+                    assert resource in container.get("resources", {}).get("requests", {}), container["name"]
+    services = by_kind(docs, "Service")
+    for monitor in by_kind(docs, "ServiceMonitor"):
+        selected = [svc for svc in services if selects(monitor["spec"]["selector"], svc["metadata"]["labels"])]
+        assert selected, f"ServiceMonitor {monitor['metadata']['name']} selects no Service"
+        for endpoint in monitor["spec"].get("endpoints", []):
+            assert all(endpoint["port"] in {p.get("name") for p in svc["spec"]["ports"]} for svc in selected), \
+                f"ServiceMonitor {monitor['metadata']['name']}: no Service port named {endpoint['port']}"
+            assert endpoint.get("path", "/metrics") == "/metrics"
+
+
 def materialize(docs: list[Doc], root: Path) -> Path:
     """Write each bastion container's ConfigMap and Secret volumes under ``root`` as the kubelet would mount them,
     and return the config file's path, with the mount paths inside it rewritten to point under ``root``."""
@@ -210,4 +237,5 @@ def check_all(docs: list[Doc], root: Path) -> settings_mod.Settings:
     check_workloads(docs)
     check_bastion(docs)
     check_references(docs)
+    check_scaling_and_monitoring(docs)
     return check_bastion_config(docs, root)

@@ -48,6 +48,9 @@ def exported_series() -> set[str]:
     metrics.set_limiter_redis_up(True)
     metrics.session_fallback("served_local")
     metrics.pin_store_failed("static")
+    metrics.catalogue_refreshed("u", "ok")
+    metrics.upstream_health("u", "restarting", previous="up")
+    metrics.session_opened()
     body, _ = metrics.render()
     return {s.name for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
 

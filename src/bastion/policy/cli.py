@@ -16,7 +16,7 @@ from typing import Any
 from bastion.errors import ConfigError
 from bastion.policy.cases import check_case, load_cases, tool_entry
 from bastion.policy.decide import PolicySet
-from bastion.policy.load import load_policies
+from bastion.policy.load import load_policies, policy_problems
 from bastion.policy.model import Decision
 from bastion.principal import Principal
 
@@ -29,7 +29,7 @@ DEFAULT_POLICIES = Path("policies")
 def register(subparsers: Any) -> None:
     """Add ``check``, ``explain`` and ``test`` to ``subparsers`` (an argparse sub-parsers action); each sets
     ``func(args) -> int``."""
-    check = subparsers.add_parser("check", help="validate policy files; non-zero exit on the first error")
+    check = subparsers.add_parser("check", help="validate policy files; lists every problem of every file")
     check.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                        help=f"policy files or directories (default: {DEFAULT_POLICIES})")
     check.set_defaults(func=run_check)
@@ -60,9 +60,14 @@ def register(subparsers: Any) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     paths = args.paths or [DEFAULT_POLICIES]
+    problems = policy_problems(paths)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return EXIT_FAILED
     try:
         policy = load_policies(paths)
-    except ConfigError as exc:
+    except ConfigError as exc:  # policy_problems found nothing, so this is not expected; still never a traceback
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     print(f"ok: {len(policy.files)} file(s), {len(policy.rules)} rule(s), version {policy.version}")

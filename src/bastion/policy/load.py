@@ -81,6 +81,51 @@ def load_policies(paths: Sequence[Path]) -> PolicySet:
     return compile_policies(read_policy_texts(paths))
 
 
+def policy_problems(paths: Sequence[Path]) -> list[ConfigError]:
+    """Every problem ``load_policies(paths)`` would stop at, file by file, each with its file, line and key path;
+    ``[]`` when it would succeed. For ``bastion check`` and ``bastion policy check``: an admin fixes all at once.
+
+    Each file is checked alone (readable, YAML, schema: every violation; then every rule); the checks across
+    files (duplicate ids, limit names, ``reveal``) run once every file is valid on its own."""
+    try:
+        files = policy_files(paths)
+    except ConfigError as exc:
+        return [exc]
+    validator = jsonschema.Draft202012Validator(policy_schema())
+    problems: list[ConfigError] = []
+    texts: list[PolicyText] = []
+    for file in files:
+        try:
+            (text,) = read_policy_texts([file])
+            doc = parse_yaml(text.text, text.source)
+        except ConfigError as exc:
+            problems.append(exc)
+            continue
+        texts.append(text)
+        if not isinstance(doc.data, Mapping):
+            problems.append(doc.error("the file must be a mapping with 'version: 1' and 'rules:'", None))
+            continue
+        errors = list(validator.iter_errors(doc.data))
+        if errors:
+            problems.extend(sorted((_describe(err, doc) for err in errors), key=lambda e: (e.line or 0, e.path or "")))
+            continue
+        for i, raw in enumerate(doc.data.get("rules", [])):
+            try:
+                build_rule(raw, f"rules[{i}]", doc)
+            except ConfigError as exc:
+                problems.append(_located(exc, doc))
+        try:
+            build_costs(doc.data.get("costs", []), "costs")
+        except ConfigError as exc:
+            problems.append(_located(exc, doc))
+    if not problems:
+        try:
+            compile_policies(texts)
+        except ConfigError as exc:
+            problems.append(exc)
+    return problems
+
+
 def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
     validator = jsonschema.Draft202012Validator(policy_schema())
     rules: list[Rule] = []

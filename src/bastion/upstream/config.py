@@ -12,6 +12,7 @@ clients, so a client's token can never reach an upstream.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -88,12 +89,19 @@ class UpstreamConfig:
             raise ConfigError("upstream names are 1-32 characters of a-z, 0-9 and '-'", path=here)
         if not isinstance(data, Mapping):
             raise ConfigError("expected a mapping", path=here)
+        # Unknown keys first: a misspelt ``comand`` must be named, not reported as "no command or url".
+        for key in data:
+            if key not in _STDIO | _HTTP:
+                close = difflib.get_close_matches(str(key), sorted(_STDIO | _HTTP), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"unknown key {key!r}{hint}", path=f"{here}.{key}")
         if ("command" in data) == ("url" in data):
             raise ConfigError("set exactly one of 'command' (stdio) or 'url' (HTTP)", path=here)
         allowed = _STDIO if "command" in data else _HTTP
         for key in data:
             if key not in allowed:
-                raise ConfigError(f"unknown key {key!r}", path=f"{here}.{key}")
+                kind = "a stdio upstream (command)" if "command" in data else "an HTTP upstream (url)"
+                raise ConfigError(f"unknown key {key!r} for {kind}", path=f"{here}.{key}")
 
         prefix: str | None = name
         if "prefix" in data:
