@@ -37,6 +37,7 @@ from bastion.audit.record import (
 from bastion.auth import build_authenticator, metadata_paths, protected_resource_metadata
 from bastion.auth.config import AuthConfig
 from bastion.errors import AuthenticationError
+from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore
 from bastion.gateway import Gateway
 from bastion.health import Health, HealthConfig, HealthMonitor
 from bastion.metrics import Metrics
@@ -44,7 +45,7 @@ from bastion.pinning import Pinning, PinningConfig, open_store
 from bastion.pinning.service import StoreState
 from bastion.pinning.store import PinStore, RedisPinStore
 from bastion.pinning.watch import PinWatcher, watch_store
-from bastion.pipeline import Pipeline, RequestGuard, ResponseGuard
+from bastion.pipeline import AuditHook, Pipeline, RequestGuard, ResponseGuard
 from bastion.policy import PolicySet, load_policies
 from bastion.policy.guard import PolicyAccess, PolicyGuard, PolicyHolder
 from bastion.policy.watch import PolicyWatcher
@@ -152,7 +153,8 @@ def _policy(settings: Settings, audit_soon: AuditSoon,
 
 def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, limits_cfg: RateLimitConfig,
             validation_cfg: ValidationConfig,
-            sanitize_cfg: SanitizeConfig) -> tuple[list[RequestGuard], list[ResponseGuard]]:
+            sanitize_cfg: SanitizeConfig,
+            flow: FlowStore | None = None) -> tuple[list[RequestGuard], list[ResponseGuard]]:
     """The tools/call pipeline. Order matters, and each position has its reason:
 
     - quarantine first: a tool bastion refuses (hostile schema, unapproved definition change) is unknown to
@@ -172,7 +174,7 @@ def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, lim
     lookup = validators_for(lambda: gateway.view)
     request_guards: list[RequestGuard] = [QuarantineGuard(lambda: gateway.view.quarantined)]
     if holder is not None:
-        request_guards.append(PolicyGuard(holder))
+        request_guards.append(PolicyGuard(holder, flow))
     request_guards += [RateLimitGuard(limiter, limits_cfg), InputSchemaGuard(lookup),
                        RefreshGateGuard(lambda: gateway.pool.gate if gateway.pool is not None else None,
                                         lambda: gateway.view, gateway.settings.catalogue.gate_timeout_s)]
@@ -304,7 +306,10 @@ def create_app(settings: Settings) -> Starlette:
 
     validation_cfg: ValidationConfig = settings.section("validation")
     sanitize_cfg: SanitizeConfig = settings.section("sanitize")
-    request_guards, response_guards = _guards(gateway, holder, limiter, limits_cfg, validation_cfg, sanitize_cfg)
+    # Flow contexts: in Redis when there is one, so every replica decides on the same history.
+    flow_store: FlowStore = RedisFlowStore(redis_client) if redis_client is not None else MemoryFlowStore()
+    request_guards, response_guards = _guards(gateway, holder, limiter, limits_cfg, validation_cfg, sanitize_cfg,
+                                              flow_store)
     # Schemas compile from what the upstream sent; definitions are sanitized for clients after that.
     gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics),
                                SanitizeDefinitions(sanitize_cfg, emit=audit_log.emit)])
@@ -320,7 +325,9 @@ def create_app(settings: Settings) -> Starlette:
     gateway.view_steps.append(AuditCatalogueDrops(audit_log.emit))
 
     _wire_sanitizer(gateway, sanitize_cfg)
-    gateway.pipeline = Pipeline(request_guards, response_guards, auditor)
+    audit_hook: AuditHook = auditor if holder is None else \
+        FlowRecorder(auditor, lambda: holder.current, flow_store)
+    gateway.pipeline = Pipeline(request_guards, response_guards, audit_hook)
 
     members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]

@@ -171,13 +171,17 @@ class PolicyDenied(ProtocolError):
     ``UnknownTool`` on purpose: the caller learns the tool exists and which rule stands in its way."""
 
     def __init__(self, tool: str, rule_id: str | None, description: str | None, *,
-                 log_detail: str | None = None) -> None:
+                 log_detail: str | None = None, touched: tuple[str, ...] = ()) -> None:
         why = f"rule '{rule_id}'" if rule_id is not None else "default deny (no rule allows it)"
         text = f"Call to {tool} denied by policy: {why}"
         if description:
             text += f": {description}"
-        super().__init__(POLICY_DENIED, text, data={"tool": tool, "rule": rule_id, "description": description},
-                         log_detail=log_detail)
+        data: dict[str, Any] = {"tool": tool, "rule": rule_id, "description": description}
+        if touched:
+            # A flow denial: which labels earlier calls of this context touched (the calls themselves are audited).
+            text += f" (this context already touched: {', '.join(touched)})"
+            data["touched"] = list(touched)
+        super().__init__(POLICY_DENIED, text, data=data, log_detail=log_detail)
         self.rule_id = rule_id
 
 

@@ -313,6 +313,9 @@ def call_record(
     doc["violations"] = [_short(v, _MAX_STRING) for v in rec.violations]
     doc["shadow_denies"] = list(rec.shadow)
     doc["sanitize"] = {str(k): int(v) for k, v in rec.sanitize.items()}
+    if "flow" in rec.extra:
+        # A denial by a flow rule: the earlier calls (tool, time, call_id) that set each label it reads.
+        doc["flow"] = rec.extra["flow"]
     doc["error"] = _error_summary(error)
     problems = [p for p in (rec.audit_error,) if p]
     doc["arguments_digest"], note = _digest(arguments)

@@ -10,6 +10,7 @@ from typing import Any
 
 from bastion.errors import ConfigError
 from bastion.policy.constraints import ArgConstraint
+from bastion.policy.flow import FlowCondition, FlowSettings, LabelRule
 from bastion.policy.model import CostWeight, Kind, PrincipalMatch, Rule
 from bastion.policy.names import (
     Glob,
@@ -21,6 +22,7 @@ from bastion.policy.names import (
 )
 from bastion.policy.yamlsrc import YamlSource
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_rate
+from bastion.units import parse_duration
 
 _KINDS: dict[str, Kind] = {"tools": "tool", "prompts": "prompt", "resources": "resource"}
 _ALLOW_ON_ANNOTATIONS = (
@@ -45,8 +47,16 @@ def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
             if key in raw:
                 raise ConfigError(f"{key} attach to allow rules (they limit what is allowed); a deny rule has "
                                   "nothing to limit", path=f"{path}.{key}")
+    if "when" in raw and effect != "deny":
+        raise ConfigError("when (a flow condition) is for deny rules: it refuses what an earlier call made unsafe. "
+                          "An allow rule that depended on history would let a context unlock tools",
+                          path=f"{path}.when")
+    if effect == "allow" and "labels" in raw:
+        raise ConfigError("an allow rule cannot match on labels: labels may come from annotations an upstream "
+                          "writes about its own tools. Use labels in deny rules; allow by tool name or upstream",
+                          path=f"{path}.labels")
     named = [k for k in ("tools", "prompts", "resources") if k in raw]
-    tool_only = [k for k in ("arguments", "annotations") if k in raw]
+    tool_only = [k for k in ("arguments", "annotations", "labels", "when") if k in raw]
     if tool_only and set(named) - {"tools"}:
         raise ConfigError(f"{' and '.join(tool_only)} apply to tools only, but this rule also lists "
                           f"{' and '.join(sorted(set(named) - {'tools'}))}; split it into two rules", path=path)
@@ -72,7 +82,35 @@ def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
         concurrency=tuple(ConcurrencySpec(name=spec["name"], scope=spec.get("per", "principal"), max=spec["max"])
                           for spec in raw.get("concurrency", [])),
         reveal=raw.get("reveal"),
+        labels=frozenset(raw["labels"]) if "labels" in raw else None,
+        when=_when(raw["when"], f"{path}.when") if "when" in raw else None,
     )
+
+
+def build_label_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> LabelRule:
+    return LabelRule(
+        labels=tuple(dict.fromkeys(raw["labels"])), origin=f"{doc.source}:{doc.line_of(path)}",
+        tools=_name_globs(raw["tools"], f"{path}.tools") if "tools" in raw else None,
+        upstreams=_upstreams(raw["upstreams"], f"{path}.upstreams") if "upstreams" in raw else None,
+        annotations=tuple(sorted(raw.get("annotations", {}).items())),
+        touched_on=raw.get("touched_on", "success"))
+
+
+def build_flow_settings(raw: Mapping[str, Any], path: str) -> FlowSettings:
+    default = FlowSettings()
+    return FlowSettings(
+        sanitize_label=raw.get("sanitize_label", default.sanitize_label),
+        stateless_window_s=parse_duration(raw["stateless_window"], f"{path}.stateless_window")
+        if "stateless_window" in raw else default.stateless_window_s,
+        retention_s=parse_duration(raw["retention"], f"{path}.retention")
+        if "retention" in raw else default.retention_s,
+        max_touches=raw.get("max_touches", default.max_touches))
+
+
+def _when(raw: Mapping[str, Any], path: str) -> FlowCondition:
+    within = parse_duration(raw["within"], f"{path}.within") if "within" in raw else None
+    return FlowCondition(touched=tuple(dict.fromkeys(raw["touched"])), within_s=within,
+                         at_least=raw.get("at_least", 1))
 
 
 def build_costs(raw: Sequence[Mapping[str, Any]], path: str) -> list[CostWeight]:

@@ -13,15 +13,21 @@ Listing (``arguments=None``) asks "could any call to this tool be allowed?", so 
 the tools a call could reach: an allow rule with argument constraints counts (some arguments may satisfy it), a
 deny rule with argument constraints does not hide the tool (some arguments may avoid it); a deny rule without them
 does.
+
+Flow (see ``flow``): a rule with ``labels`` matches tools carrying one of them; a rule with ``when`` matches only if
+the context's history satisfies the condition. ``history=None`` on a call means the history could not be read:
+every ``when`` then holds (fail closed; ``when`` is for deny rules only). Listing ignores ``when`` deny rules,
+as it does deny rules with argument constraints: what a tool may do depends on the moment of the call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bastion.policy.constraints import all3, json_equal
+from bastion.policy.flow import FlowHistory, FlowSettings, LabelRule, Touch, TouchedOn, tool_labels
 from bastion.policy.model import ANNOTATION_DEFAULTS, CostWeight, Decision, Kind, PrincipalMatch, Rule
 from bastion.policy.names import Glob, is_safe_name, is_safe_uri
 from bastion.principal import Principal
@@ -37,6 +43,7 @@ class _Target:
     name: str
     upstream: str
     annotations: Mapping[str, Any]
+    labels: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +56,35 @@ class PolicySet:
     files: tuple[str, ...] = ()
     # Explain denials by default (rules may still say ``reveal: false``); also covers the default deny.
     reveal: bool = False
+    labels: tuple[LabelRule, ...] = ()
+    flow: FlowSettings = field(default_factory=FlowSettings)
 
-    def decide(self, principal: Principal, tool: ToolEntry, arguments: Mapping[str, Any] | None) -> Decision:
-        """Decide a ``tools/call`` (``arguments`` given) or whether ``tools/list`` shows the tool (``None``)."""
+    @property
+    def has_flow(self) -> bool:
+        """True iff some rule has a ``when`` condition: only then does any call need a context's history."""
+        return any(rule.when is not None for rule in self.rules)
+
+    def labels_of(self, tool: ToolEntry) -> dict[str, TouchedOn]:
+        """The labels ``tool`` carries, each with what counts as touching it."""
+        return tool_labels(self.labels, tool.public_name, tool.upstream, tool.annotations)
+
+    def needs_history(self, principal: Principal, tool: ToolEntry) -> bool:
+        """True iff deciding a call of ``tool`` by ``principal`` reads the context's history: some rule with
+        ``when`` is about them. False for every call when no rule has ``when``, so those cost no store read."""
+        if not self.has_flow:
+            return False
+        target = self._tool_target(tool)
+        return any(rule.when is not None and "tool" in rule.kinds and principal_matches(rule.principals, principal)
+                   and _target_matches(rule, target) for rule in self.rules)
+
+    def decide(self, principal: Principal, tool: ToolEntry, arguments: Mapping[str, Any] | None,
+               history: FlowHistory | None = None) -> Decision:
+        """Decide a ``tools/call`` (``arguments`` given) or whether ``tools/list`` shows the tool (``None``).
+        ``history``: the caller's context, when ``needs_history`` said it is needed."""
         if not is_safe_name(tool.public_name):
             return replace(_unsafe("tool name", tool.public_name), reveal=self.reveal)
-        target = _Target("tool", tool.public_name, tool.upstream, tool.annotations)
-        decision = self._evaluate(principal, target, arguments)
+        target = self._tool_target(tool)
+        decision = self._evaluate(principal, target, arguments, history)
         if not decision.allowed:
             return decision
         cost = max((c.weight for c in self.costs if _any_glob(c.tools, tool.public_name)), default=1)
@@ -82,8 +111,14 @@ class PolicySet:
                             "or backslashes; no rule can allow it", found.shadow_denies)
         return self._evaluate(principal, target, None)
 
-    def _evaluate(self, principal: Principal, target: _Target, arguments: Mapping[str, Any] | None) -> Decision:
+    def _tool_target(self, tool: ToolEntry) -> _Target:
+        labels = frozenset(self.labels_of(tool)) if self.labels else frozenset()
+        return _Target("tool", tool.public_name, tool.upstream, tool.annotations, labels)
+
+    def _evaluate(self, principal: Principal, target: _Target, arguments: Mapping[str, Any] | None,
+                  history: FlowHistory | None = None) -> Decision:
         denies: list[Rule] = []
+        evidence: dict[str, tuple[Touch, ...]] = {}
         allows: list[Rule] = []
         shadow: list[str] = []
         for rule in self.rules:
@@ -92,6 +127,13 @@ class PolicySet:
             if not _target_matches(rule, target):
                 continue
             args = _arguments_match(rule, arguments)
+            if rule.when is not None:
+                if arguments is None:
+                    continue
+                chain = rule.when.evidence(history) if history is not None else ()
+                if chain is None:
+                    continue
+                evidence[rule.id] = chain
             if rule.effect == "deny" and args is not False:
                 if rule.enforced:
                     denies.append(rule)
@@ -103,7 +145,7 @@ class PolicySet:
             first = denies[0]
             return Decision(False, first.id, f"denied by rule '{first.id}' ({first.origin})", tuple(shadow),
                             reveal=self.reveal if first.reveal is None else first.reveal,
-                            description=first.description)
+                            description=first.description, flow=evidence.get(first.id, ()))
         if allows:
             first = allows[0]
             limits: dict[str, RateLimitSpec] = {}
@@ -148,6 +190,8 @@ def _claim_matches(actual: Any, wanted: tuple[Any, ...]) -> bool:
 
 def _target_matches(rule: Rule, target: _Target) -> bool:
     if rule.upstreams is not None and target.upstream not in rule.upstreams:
+        return False
+    if rule.labels is not None and not rule.labels & target.labels:
         return False
     globs = {"tool": rule.tools, "prompt": rule.prompts, "resource": rule.resources}[target.kind]
     if globs is not None and not _any_glob(globs, target.name):

@@ -6,11 +6,15 @@ effect for lists and calls at the same instant and the two can never disagree.
 
 from __future__ import annotations
 
+import time
 from contextlib import AsyncExitStack
 
 from bastion.errors import PolicyDenied, UnknownTool
+from bastion.flow.context import load_history
+from bastion.flow.store import FlowStore
 from bastion.pipeline import CallContext, CallRecord
 from bastion.policy.decide import PolicySet
+from bastion.policy.flow import FlowHistory, flow_audit
 from bastion.principal import Principal
 from bastion.tool import ToolEntry
 
@@ -54,19 +58,32 @@ class PolicyGuard:
 
     name = "policy"
 
-    def __init__(self, holder: PolicyHolder) -> None:
+    def __init__(self, holder: PolicyHolder, flow: FlowStore | None = None) -> None:
         self._holder = holder
+        self._flow = flow
 
     async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
-        decision = self._holder.current.decide(ctx.principal, ctx.tool, ctx.arguments)
+        policy = self._holder.current
+        history: FlowHistory | None = None
+        # Only a call some ``when`` rule is about reads the context: every other call costs no store round trip.
+        if self._flow is not None and policy.needs_history(ctx.principal, ctx.tool):
+            history = await load_history(self._flow, policy.flow, ctx, time.time())
+        decision = policy.decide(ctx.principal, ctx.tool, ctx.arguments, history)
+        if decision.flow or (not decision.allowed and _has_when(policy, decision.rule_id)):
+            record.extra["flow"] = flow_audit(decision.flow, history is not None)
         record.rule_id = decision.rule_id
         record.reason = decision.reason
         record.shadow = list(decision.shadow_denies)
         if not decision.allowed:
             if decision.reveal:
                 raise PolicyDenied(ctx.tool.public_name, decision.rule_id, decision.description,
-                                   log_detail=decision.reason)
+                                   log_detail=decision.reason,
+                                   touched=tuple(dict.fromkeys(t.label for t in decision.flow)))
             raise UnknownTool(ctx.tool.public_name, log_detail=decision.reason)
         record.limits = tuple(decision.limits)
         record.concurrency = tuple(decision.concurrency)
         record.cost = decision.cost
+
+
+def _has_when(policy: PolicySet, rule_id: str | None) -> bool:
+    return any(rule.id == rule_id and rule.when is not None for rule in policy.rules)

@@ -17,8 +17,9 @@ from typing import Any
 import jsonschema
 
 from bastion.errors import ConfigError
-from bastion.policy.build import build_costs, build_rule
+from bastion.policy.build import build_costs, build_flow_settings, build_label_rule, build_rule
 from bastion.policy.decide import PolicySet
+from bastion.policy.flow import FlowSettings, LabelRule
 from bastion.policy.model import CostWeight, Rule
 from bastion.policy.yamlsrc import YamlSource, join_path, parse_yaml
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
@@ -135,6 +136,8 @@ def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
     texts = list(texts)
     sources = []
     reveal: tuple[bool, str] | None = None
+    labels: list[LabelRule] = []
+    flow: tuple[FlowSettings, str] | None = None
     for item in texts:
         sources.append(item.source)
         doc = parse_yaml(item.text, item.source)
@@ -148,6 +151,12 @@ def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
         try:
             file_rules = [build_rule(raw, f"rules[{i}]", doc) for i, raw in enumerate(doc.data.get("rules", []))]
             costs.extend(build_costs(doc.data.get("costs", []), "costs"))
+            labels.extend(build_label_rule(raw, f"labels[{i}]", doc)
+                          for i, raw in enumerate(doc.data.get("labels", [])))
+            if "flow" in doc.data:
+                if flow is not None:
+                    raise doc.error(f"a flow block is already set in {flow[1]}; set it in one file", "flow")
+                flow = (build_flow_settings(doc.data["flow"], "flow"), f"{doc.source}:{doc.line_of('flow')}")
         except ConfigError as exc:
             raise _located(exc, doc) from None
         for index, rule in enumerate(file_rules):
@@ -159,7 +168,8 @@ def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
             _check_limit_names(rule, path, doc, limits)
         rules.extend(file_rules)
     return PolicySet(rules=tuple(rules), costs=tuple(costs), version=content_version(texts),
-                     files=tuple(sources), reveal=reveal[0] if reveal is not None else False)
+                     files=tuple(sources), reveal=reveal[0] if reveal is not None else False,
+                     labels=tuple(labels), flow=flow[0] if flow is not None else FlowSettings())
 
 
 def content_version(texts: Iterable[PolicyText]) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bastion.policy.constraints import ArgConstraint
+from bastion.policy.flow import FlowCondition, Touch
 from bastion.policy.names import Glob
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 
@@ -38,6 +39,8 @@ class Rule:
     origin: str  # "file:line", for explain and logs
     kinds: frozenset[Kind]
     description: str | None = None
+    # A denial by a rule with ``when``: the earlier calls that made its condition hold (empty: history unknown).
+    flow: tuple[Touch, ...] = ()
     principals: PrincipalMatch | None = None
     tools: tuple[Glob, ...] | None = None
     upstreams: frozenset[str] | None = None
@@ -50,6 +53,9 @@ class Rule:
     # Whether a call this rule denies is told so (rule id and description) instead of "unknown tool";
     # None: the policy set's default (``reveal`` at the top of a policy file, else false).
     reveal: bool | None = None
+    # Flow: ``labels`` matches tools carrying any of these labels; ``when`` matches on the context's history.
+    labels: frozenset[str] | None = None
+    when: FlowCondition | None = None
 
     @property
     def enforced(self) -> bool:
@@ -83,3 +89,5 @@ class Decision:
     cost: int = 1
     reveal: bool = False
     description: str | None = None
+    # A denial by a rule with ``when``: the earlier calls that made its condition hold (empty: history unknown).
+    flow: tuple[Touch, ...] = ()
