@@ -19,13 +19,13 @@ def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 def test_check_accepts_the_shipped_examples() -> None:
     result = cli("check", "policies", "examples/demo/policies")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("ok: 4 file(s)")
+    assert result.stdout.startswith("ok: 5 file(s)")
 
 
 def test_check_defaults_to_the_policies_directory() -> None:
     result = cli("check")
     assert result.returncode == 0, result.stderr
-    assert "3 file(s)" in result.stdout
+    assert "4 file(s)" in result.stdout
 
 
 def test_check_reports_file_line_and_path(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_explain_errors_exit_2() -> None:
 def test_shipped_cases_pass() -> None:
     result = cli("test", "policies/tests/cases.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1].startswith("13 passed, 0 failed")
+    assert result.stdout.strip().splitlines()[-1].startswith("16 passed, 0 failed")
 
 
 def test_failing_cases_are_listed_with_a_summary(tmp_path: Path) -> None:
@@ -131,3 +131,19 @@ def test_invalid_case_file_exits_2_with_location(tmp_path: Path) -> None:
     result = cli("test", str(tmp_path / "cases.yaml"))
     assert result.returncode == 2
     assert f"{tmp_path / 'cases.yaml'}:4 [cases[0].expect]" in result.stderr
+
+
+def test_explain_shows_a_tools_labels_and_decides_on_touched_labels() -> None:
+    base = ("explain", "--policies", str(POLICIES), "--principal", "alice", "--group", "engineering",
+            "--tool", "gh__create_issue", "--args", '{"project": "bastion", "title": "x"}')
+    fresh = cli(*base)
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    assert "labels:        external_communication" in fresh.stdout
+    touched = cli(*base, "--touched", "private_data", "--touched", "untrusted_content", "--json")
+    assert touched.returncode == 1
+    data = json.loads(touched.stdout)
+    assert data["rule"] == "no-exfiltration-after-untrusted-input"
+    assert data["labels"] == ["external_communication"]
+    assert [t["label"] for t in data["flow"]] == ["private_data", "untrusted_content"]
+    one = cli(*base, "--touched", "private_data")
+    assert one.returncode == 0, one.stdout

@@ -12,11 +12,13 @@ import jsonschema
 
 from bastion.errors import ConfigError
 from bastion.policy.decide import PolicySet
+from bastion.policy.flow import FlowHistory, Touch, touches_for
 from bastion.policy.load import policy_schema, validate_document
 from bastion.policy.model import Decision, Kind
 from bastion.policy.yamlsrc import parse_yaml
 from bastion.principal import Principal
 from bastion.tool import ToolEntry
+from bastion.units import parse_duration
 
 _UNSET = "<unset>"
 _KINDS: tuple[Kind, ...] = ("tool", "prompt", "resource")
@@ -34,6 +36,16 @@ class Case:
     expect: Literal["allow", "deny"]
     rule: str | None = _UNSET  # _UNSET: any rule; None: the default deny
     shadow: tuple[str, ...] | None = None
+    history: tuple[PriorCall, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PriorCall:
+    """An earlier successful call of the case's context, ``ago_s`` seconds before it."""
+
+    tool: ToolEntry
+    ago_s: float
+    injection: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +97,33 @@ def load_cases(path: Path) -> CaseFile:
             upstream=raw.get("upstream") or (upstream_of(target) if kind != "resource" else ""),
             annotations=raw.get("annotations", {}), args=raw.get("args", {}) if kind == "tool" else None,
             expect=raw["expect"], rule=raw.get("rule", _UNSET),
-            shadow=tuple(raw["shadow"]) if "shadow" in raw else None))
+            shadow=tuple(raw["shadow"]) if "shadow" in raw else None,
+            history=tuple(_prior(item, f"cases[{i}].history[{j}]", doc.error)
+                          for j, item in enumerate(raw.get("history", [])))))
     return CaseFile(policies=policies, cases=tuple(cases))
+
+
+def _prior(raw: Mapping[str, Any], path: str, error: Any) -> PriorCall:
+    try:
+        ago = parse_duration(raw["ago"], f"{path}.ago", allow_zero=True) if "ago" in raw else 0.0
+    except ConfigError as exc:
+        raise error(exc.message, exc.path) from None
+    return PriorCall(tool_entry(raw["tool"], raw.get("upstream"), raw.get("annotations", {})), ago,
+                     bool(raw.get("injection", False)))
+
+
+# A fixed clock for test tables: decisions must not depend on when the table runs.
+_NOW = 1_000_000_000.0
+
+
+def case_history(policy: PolicySet, calls: tuple[PriorCall, ...]) -> FlowHistory:
+    """The context history ``calls`` leave behind, as if each succeeded with a result that flowed back."""
+    touches: list[Touch] = []
+    for n, call in enumerate(calls):
+        touches.extend(touches_for(policy.labels_of(call.tool), forwarded=True, succeeded=True, result_returned=True,
+                                   injection=call.injection, settings=policy.flow, tool=call.tool.public_name,
+                                   at=_NOW - call.ago_s, call_id=f"history[{n}]"))
+    return FlowHistory(tuple(touches), _NOW)
 
 
 def decide_case(policy: PolicySet, case: Case) -> Decision:
@@ -94,7 +131,8 @@ def decide_case(policy: PolicySet, case: Case) -> Decision:
         return policy.decide_prompt(case.principal, case.upstream, case.target)
     if case.kind == "resource":
         return policy.decide_resource(case.principal, case.upstream, case.target)
-    return policy.decide(case.principal, tool_entry(case.target, case.upstream, case.annotations), case.args)
+    return policy.decide(case.principal, tool_entry(case.target, case.upstream, case.annotations), case.args,
+                         case_history(policy, case.history))
 
 
 def check_case(policy: PolicySet, case: Case) -> list[str]:

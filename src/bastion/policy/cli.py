@@ -16,9 +16,11 @@ from typing import Any
 from bastion.errors import ConfigError
 from bastion.policy.cases import check_case, load_cases, tool_entry
 from bastion.policy.decide import PolicySet
+from bastion.policy.flow import FlowHistory, Touch
 from bastion.policy.load import load_policies, policy_problems
 from bastion.policy.model import Decision
 from bastion.principal import Principal
+from bastion.tool import ToolEntry
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -48,6 +50,8 @@ def register(subparsers: Any) -> None:
     explain.add_argument("--upstream", metavar="U", help="the target's upstream (default: the NAME's prefix)")
     explain.add_argument("--annotations", metavar="JSON", help="the tool's annotations as the upstream sends them")
     explain.add_argument("--args", metavar="JSON", help="call arguments (default: {})")
+    explain.add_argument("--touched", action="append", default=[], metavar="LABEL",
+                         help="a label the caller's context already touched (flow conditions), repeatable")
     explain.add_argument("--list", action="store_true",
                          help="decide visibility in tools/list instead of a call (ignores --args)")
     explain.add_argument("--json", action="store_true", help="print the decision as JSON")
@@ -80,13 +84,14 @@ def run_explain(args: argparse.Namespace) -> int:
         principal = Principal(id=args.principal, groups=frozenset(args.group),
                               attributes=MappingProxyType(_claims(args.claim)))
         decision = _explain(policy, principal, args)
+        labels = sorted(policy.labels_of(_explained_tool(args))) if args.tool else []
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
-        print(json.dumps(_decision_json(decision, policy), indent=2))
+        print(json.dumps(_decision_json(decision, policy, labels), indent=2))
     else:
-        _print_decision(decision, policy)
+        _print_decision(decision, policy, labels)
     return EXIT_OK if decision.allowed else EXIT_FAILED
 
 
@@ -115,11 +120,20 @@ def _explain(policy: PolicySet, principal: Principal, args: argparse.Namespace) 
         return policy.decide_prompt(principal, args.upstream or args.prompt.split("__", 1)[0], args.prompt)
     if args.resource:
         return policy.decide_resource(principal, args.upstream or "", args.resource)
-    annotations = _json_arg(args.annotations, "--annotations", {})
     arguments = None if args.list else _json_arg(args.args, "--args", {})
-    if not isinstance(annotations, dict) or not (arguments is None or isinstance(arguments, dict)):
-        raise ConfigError("--annotations and --args must be JSON objects")
-    return policy.decide(principal, tool_entry(args.tool, args.upstream, annotations), arguments)
+    if not (arguments is None or isinstance(arguments, dict)):
+        raise ConfigError("--args must be a JSON object")
+    # --touched: the labels the caller's context already touched (one earlier call each, just now).
+    history = FlowHistory(tuple(Touch(label, "(--touched)", 0.0, f"touched[{i}]")
+                                for i, label in enumerate(args.touched)), 0.0)
+    return policy.decide(principal, _explained_tool(args), arguments, history)
+
+
+def _explained_tool(args: argparse.Namespace) -> ToolEntry:
+    annotations = _json_arg(args.annotations, "--annotations", {})
+    if not isinstance(annotations, dict):
+        raise ConfigError("--annotations must be a JSON object")
+    return tool_entry(args.tool, args.upstream, annotations)
 
 
 def _claims(pairs: list[str]) -> dict[str, Any]:
@@ -149,7 +163,8 @@ def _json_arg(raw: str | None, flag: str, default: Any) -> Any:
         raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
 
 
-def _decision_json(decision: Decision, policy: PolicySet) -> dict[str, Any]:
+def _decision_json(decision: Decision, policy: PolicySet, labels: list[str] | None = None) -> dict[str, Any]:
+    labels = labels or []
     return {
         "decision": "allow" if decision.allowed else "deny",
         "rule": decision.rule_id,
@@ -163,11 +178,14 @@ def _decision_json(decision: Decision, policy: PolicySet) -> dict[str, Any]:
         "reveal": decision.reveal if not decision.allowed else None,
         "description": decision.description,
         "policy_version": policy.version,
+        "labels": labels,
+        # A flow denial: the earlier calls that made the rule's condition hold.
+        "flow": [t.as_json() for t in decision.flow],
     }
 
 
-def _print_decision(decision: Decision, policy: PolicySet) -> None:
-    data = _decision_json(decision, policy)
+def _print_decision(decision: Decision, policy: PolicySet, labels: list[str] | None = None) -> None:
+    data = _decision_json(decision, policy, labels)
     print(f"decision:      {data['decision']}")
     print(f"rule:          {data['rule'] or '(none: default deny)'}")
     print(f"reason:        {data['reason']}")
@@ -182,6 +200,7 @@ def _print_decision(decision: Decision, policy: PolicySet) -> None:
     for spec in data["concurrency"]:
         print(f"concurrency:   {spec['name']} max {spec['max']} per {spec['per']}")
     print(f"cost:          {data['cost']}")
+    print(f"labels:        {', '.join(data['labels']) or 'none'}")
     print(f"policy:        version {data['policy_version']} ({len(policy.files)} file(s))")
 
 
