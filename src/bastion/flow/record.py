@@ -58,11 +58,15 @@ class FlowRecorder:
         if not policy.has_flow:
             return  # no rule reads history: nothing is worth a write
         succeeded = outcome == "allowed" and result is not None
+        watched = policy.watched_labels
+        # Only labels some condition reads are kept: the rest could never change a decision.
+        labels = {k: v for k, v in policy.labels_of(ctx.tool).items() if k in watched}
         touches = touches_for(
-            policy.labels_of(ctx.tool), forwarded=record.upstream_ms is not None, succeeded=succeeded,
+            labels, forwarded=record.upstream_ms is not None, succeeded=succeeded,
             result_returned=succeeded and result is not None and result.get("isError") is not True,
             injection=any(n > 0 for k, n in record.sanitize.items() if k.startswith("injection:")),
             settings=policy.flow, tool=ctx.tool.public_name, at=self._clock(), call_id=ctx.request_id)
+        touches = tuple(t for t in touches if t.label in watched)
         if touches:
             context, _ = context_key(ctx)
             await self._store.add(context, touches, retention_s=policy.flow.retention_s,

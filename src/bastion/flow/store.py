@@ -44,10 +44,13 @@ class MemoryFlowStore:
     async def add(self, context: str, touches: Sequence[Touch], *, retention_s: float, max_touches: int) -> None:
         if not touches:
             return
-        newest = max(t.at for t in touches)
-        kept = [t for t in self._contexts.pop(context, []) if t.at >= newest - retention_s]
+        cutoff = max(t.at for t in touches) - retention_s
+        kept = self._contexts.pop(context, [])
+        if kept and min(kept[0].at, kept[-1].at) < cutoff:  # appended in time order, so usually a no-op
+            kept = [t for t in kept if t.at >= cutoff]
         kept.extend(touches)
-        self._contexts[context] = kept[-max_touches:]
+        del kept[:-max_touches]
+        self._contexts[context] = kept
         while len(self._contexts) > self._max_contexts:
             self._contexts.popitem(last=False)
 

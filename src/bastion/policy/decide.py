@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bastion.policy.constraints import all3, json_equal
-from bastion.policy.flow import FlowHistory, FlowSettings, LabelRule, Touch, TouchedOn, tool_labels
+from bastion.policy.flow import FlowHistory, FlowSettings, LabelRule, Touch, TouchedOn, merge_labels
 from bastion.policy.model import ANNOTATION_DEFAULTS, CostWeight, Decision, Kind, PrincipalMatch, Rule
 from bastion.policy.names import Glob, is_safe_name, is_safe_uri
 from bastion.principal import Principal
@@ -58,15 +58,40 @@ class PolicySet:
     reveal: bool = False
     labels: tuple[LabelRule, ...] = ()
     flow: FlowSettings = field(default_factory=FlowSettings)
+    # Labels per (tool, upstream, annotations): a call asks up to three times (guard, decision, recorder).
+    _label_cache: dict[tuple[Any, ...], dict[str, TouchedOn]] = field(default_factory=dict, compare=False,
+                                                                      repr=False)
 
     @property
     def has_flow(self) -> bool:
         """True iff some rule has a ``when`` condition: only then does any call need a context's history."""
         return any(rule.when is not None for rule in self.rules)
 
+    @property
+    def watched_labels(self) -> frozenset[str]:
+        """The labels some ``when`` reads: only touches of these are worth recording."""
+        return frozenset(label for rule in self.rules if rule.when is not None for label in rule.when.touched)
+
     def labels_of(self, tool: ToolEntry) -> dict[str, TouchedOn]:
         """The labels ``tool`` carries, each with what counts as touching it."""
-        return tool_labels(self.labels, tool.public_name, tool.upstream, tool.annotations)
+        if not self.labels:
+            return {}
+        try:
+            key: tuple[Any, ...] | None = (tool.public_name, tool.upstream, tuple(sorted(tool.annotations.items())))
+            hash(key)
+        except TypeError:  # an annotation value that is not hashable (a list): decide without the cache
+            key = None
+        if key is not None and (hit := self._label_cache.get(key)) is not None:
+            return hit
+        found: dict[str, TouchedOn] = {}
+        for rule in self.labels:
+            if _label_rule_matches(rule, tool):
+                merge_labels(found, rule)
+        if key is not None:
+            if len(self._label_cache) >= _LABEL_CACHE_MAX:
+                self._label_cache.clear()
+            self._label_cache[key] = found
+        return found
 
     def needs_history(self, principal: Principal, tool: ToolEntry) -> bool:
         """True iff deciding a call of ``tool`` by ``principal`` reads the context's history: some rule with
@@ -206,6 +231,17 @@ def _arguments_match(rule: Rule, arguments: Mapping[str, Any] | None) -> bool | 
         # Listing: an allow rule could be satisfied by some call; a deny rule could be avoided by some call.
         return rule.effect == "allow"
     return all3(c.evaluate(arguments) for c in rule.arguments)
+
+
+_LABEL_CACHE_MAX = 10_000
+
+
+def _label_rule_matches(rule: LabelRule, tool: ToolEntry) -> bool:
+    if rule.upstreams is not None and tool.upstream not in rule.upstreams:
+        return False
+    if rule.tools is not None and not _any_glob(rule.tools, tool.public_name):
+        return False
+    return all(json_equal(effective_annotation(tool.annotations, k), v) for k, v in rule.annotations)
 
 
 def _any_glob(globs: tuple[Glob, ...], name: str) -> bool:

@@ -96,30 +96,15 @@ class FlowSettings:
     max_touches: int = 256
 
 
-def matches_label_rule(rule: LabelRule, name: str, upstream: str, annotations: Mapping[str, Any]) -> bool:
-    # Imported here: decide imports this module for the model, and the annotation defaults live there.
-    from bastion.policy.constraints import json_equal
-    from bastion.policy.decide import effective_annotation
-
-    if rule.upstreams is not None and upstream not in rule.upstreams:
-        return False
-    if rule.tools is not None and not any(g.matches(name) for g in rule.tools):
-        return False
-    return all(json_equal(effective_annotation(annotations, k), v) for k, v in rule.annotations)
+def merge_labels(found: dict[str, TouchedOn], rule: LabelRule) -> None:
+    """Add ``rule``'s labels to ``found``. If two entries give one label, the one counting more calls wins: a touch
+    is evidence for a deny, so missing one is the unsafe error."""
+    for label in rule.labels:
+        if label not in found or _ORDER[rule.touched_on] > _ORDER[found[label]]:
+            found[label] = rule.touched_on
 
 
-def tool_labels(rules: Iterable[LabelRule], name: str, upstream: str,
-                annotations: Mapping[str, Any]) -> dict[str, TouchedOn]:
-    """The labels a tool carries, each with its ``touched_on``. If two entries give one label, the one counting
-    more calls wins: a touch is evidence for a deny, so missing one is the unsafe error."""
-    order = {"result": 0, "success": 1, "any": 2}
-    found: dict[str, TouchedOn] = {}
-    for rule in rules:
-        if matches_label_rule(rule, name, upstream, annotations):
-            for label in rule.labels:
-                if label not in found or order[rule.touched_on] > order[found[label]]:
-                    found[label] = rule.touched_on
-    return found
+_ORDER = {"result": 0, "success": 1, "any": 2}
 
 
 def touches_for(labels: Mapping[str, TouchedOn], *, forwarded: bool, succeeded: bool, result_returned: bool,
