@@ -19,6 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from bastion.auth.apikeys import hash_key
+from tests.audit.helpers import assert_valid
 from tests.e2e.conftest import stdio_upstream
 from tests.support.gateway import GatewayProcess
 from tests.support.redis_server import RedisServer
@@ -92,6 +93,10 @@ def assert_trifecta_denial(gws: list[GatewayProcess], principal: str) -> None:
                                                        ("untrusted_content", "basic__slow")]
     assert [c["call_id"] for c in chain] == [by_tool["basic__add"]["call_id"], by_tool["basic__slow"]["call_id"]]
     assert all(c["time"].endswith("Z") for c in chain)
+    assert_valid(denial)
+    bad = {**denial, "flow": {**denial["flow"], "chain": [{**chain[0], "extra": 1}]}}
+    with pytest.raises(AssertionError):
+        assert_valid(bad)  # the published schema does check the flow object
 
 
 @pytest.mark.parametrize(("mode", "principal"), [("legacy", "p0"), ("2026-07-28", "p1")])
