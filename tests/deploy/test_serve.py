@@ -7,6 +7,7 @@ Host, port and Redis come from the environment variables an operator would set.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -62,8 +63,12 @@ def localize(tmp: Path, tools_port: int) -> Path:
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill what the test started, whole: the gateway runs under an init (tini), and SIGKILL to the init alone
+    would leave bastion and its stdio upstream running, re-parented away from the test. Each such process is
+    started in a session of its own, so its process group is everything it spawned."""
     if proc.poll() is None:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
 
@@ -92,7 +97,7 @@ class Gateway:
 def tools_upstream() -> Iterator[int]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(DEMO / "tools_server.py"), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for_port(port, timeout=60)
         yield port
@@ -109,7 +114,7 @@ def gateway(tmp_path: Path, tools_upstream: int, redis_server: RedisServer) -> I
     stderr = tmp_path / "stderr.log"
     with stderr.open("wb") as err:
         proc = subprocess.Popen(container_command(localize(tmp_path, tools_upstream)), env=env, cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=err)
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     gw = Gateway(proc, port, stderr, env)
     try:
         deadline = time.monotonic() + 60
