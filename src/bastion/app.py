@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bastion.admin import AdminConfig, AdminConsole, AdminSources, build_console
 from bastion.audit.config import AuditConfig, build_audit_log
 from bastion.audit.hook import CallAuditor
 from bastion.audit.log import AuditLog
@@ -91,6 +92,8 @@ class Components:
     started_at: float = field(default_factory=time.time)
     # The HTTP protocol class for uvicorn (``http=``): the listen limits, reporting refusals as the app does.
     http_protocol: type[FrontDoorProtocol] = FrontDoorProtocol
+    # The admin console (``admin:``), on its own listener; None when not configured.
+    admin: AdminConsole | None = None
 
 
 def auth_failure_reason(detail: str | None) -> AuthFailureReason:
@@ -289,7 +292,13 @@ def create_app(settings: Settings) -> Starlette:
                            on_expired=session_expired)
     if redis_client is not None:
         metrics.set_redis_up("sessions", True)  # until an outage says otherwise (the store starts optimistic)
-    sweeper = SessionSweeper(store, settings.sessions.sweep_interval_s, on_count=metrics.set_active_sessions,
+    session_count: dict[str, int] = {}
+
+    def count_sessions(n: int) -> None:
+        session_count["n"] = n  # for the admin console's overview
+        metrics.set_active_sessions(n)
+
+    sweeper = SessionSweeper(store, settings.sessions.sweep_interval_s, on_count=count_sessions,
                              on_shutdown=session_shut_down)
     gateway = Gateway(settings, store=store, access=PolicyAccess(holder) if holder is not None else None)
     # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
@@ -315,6 +324,7 @@ def create_app(settings: Settings) -> Starlette:
                                SanitizeDefinitions(sanitize_cfg, emit=audit_log.emit)])
     pinning_cfg: PinningConfig = settings.section("pinning")
     pin_watcher: PinWatcher | None = None
+    pinning: Pinning | None = None
     if pinning_cfg.enabled:
         pin_store = open_store(pinning_cfg, redis_client)
         pinning = Pinning(pin_store, pinning_cfg, on_store=_pin_store_metrics(metrics, pin_store))
@@ -385,6 +395,15 @@ def create_app(settings: Settings) -> Starlette:
         max_target_bytes=listen.max_target_bytes, request_timeout_s=listen.request_timeout_s,
         report=refusals.report))
 
+    admin_cfg: AdminConfig = settings.section("admin")
+    if admin_cfg.enabled:
+        admin_cfg.check_auth(auth_cfg.mode != "none")
+        components.admin = build_console(admin_cfg, AdminSources(
+            gateway=gateway, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
+            auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
+            sessions=lambda: session_count.get("n"), started_at=components.started_at))
+    admin = components.admin
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -439,11 +458,15 @@ def create_app(settings: Settings) -> Starlette:
             tasks.append(asyncio.create_task(pin_watcher.run(), name="bastion-pin-watcher"))
         await pool.start()
         sweeper.start()
+        if admin is not None:
+            await admin.start()
         log.info("bastion.ready", path=settings.listen.path, upstreams=pool.health(),
                  tools=len(gateway.view.catalogue.tools))
         try:
             yield
         finally:
+            if admin is not None:
+                await admin.stop()
             for task in tasks:
                 task.cancel()
             # Before the audit sinks close: each session that dies with this process gets its session.end.

@@ -11,6 +11,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from bastion.admin.config import AdminConfig
 from bastion.audit.config import AuditConfig
 from bastion.auth.config import AuthConfig
 from bastion.health.config import HealthConfig
@@ -43,6 +44,10 @@ def _sanitize(data: Any, core: _Partial) -> SanitizeConfig:
     return SanitizeConfig.from_mapping(data, "sanitize")
 
 
+def _admin(data: Any, core: _Partial) -> AdminConfig:
+    return AdminConfig.from_mapping(data, "admin")
+
+
 def _health(data: Any, core: _Partial) -> HealthConfig:
     return HealthConfig.from_mapping(data, "health")
 
@@ -61,4 +66,5 @@ SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType
     "sanitize": _sanitize,
     "pinning": _pinning,
     "health": _health,
+    "admin": _admin,
 })

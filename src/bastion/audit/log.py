@@ -58,6 +58,9 @@ class AuditLog:
         self._on_sink_failure = on_sink_failure
         self._clock = clock
         self._failures: dict[str, _FailureState] = {s.name: _FailureState() for s in self.sinks}
+        # In-process subscribers (the admin console's live table): called with every record, before the sinks.
+        # They must not block; one that raises is logged and skipped, never failing the emit.
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def failures(self, sink: str) -> int:
         """How many records ``sink`` has failed to write since start."""
@@ -66,6 +69,11 @@ class AuditLog:
 
     async def emit(self, record: dict[str, Any]) -> None:
         """Write ``record`` everywhere. Raises ``AuditUnavailable`` only when ``required`` and a sink failed."""
+        for listener in self.listeners:
+            try:
+                listener(record)
+            except Exception as exc:
+                _log.error("audit.listener_failed", detail=f"{type(exc).__name__}: {exc}")
         if not self.sinks:
             return
         if len(self.sinks) == 1:

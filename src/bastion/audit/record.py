@@ -413,6 +413,17 @@ def pin_approve_record(*, at: float, upstream: str, tool: str, fingerprint: str,
     return doc
 
 
+def admin_action_record(*, at: float, admin: Principal | None, action: str, target: str | None, outcome: str,
+                        detail: str | None = None, remote_addr: str | None = None) -> dict[str, Any]:
+    """``admin.action``: something an admin did in the console (log in, approve or reject a pin, explain a
+    policy decision), with the admin as the principal, so the audit log alone says who did what."""
+    doc = _envelope("admin.action", at, request_id=None, session=None, era=None, principal=admin, client_info=None,
+                    traceparent=None)
+    doc.update(action=_short(action), target=_short_or_none(target), outcome=_short(outcome),
+               detail=_short_or_none(detail, 4096), remote_addr=_short_or_none(remote_addr))
+    return doc
+
+
 def catalogue_limit_record(*, at: float, drop: LimitDrop) -> dict[str, Any]:
     """``catalogue.limit``: items of an upstream's list dropped by one ``catalogue.limits`` bound (``dropped`` 0:
     the listing was cut short by ``max_pages``); ``items`` names the first few."""

@@ -1,0 +1,50 @@
+"""The admin console: a server-rendered web UI on its own listener (``admin:`` config), see docs/console.md."""
+
+from __future__ import annotations
+
+import time
+
+from bastion.admin.config import AdminConfig
+from bastion.admin.console import Console
+from bastion.admin.server import AdminServer
+from bastion.admin.sources import AdminSources
+from bastion.admin.tap import AuditTap
+from bastion.health import Health
+
+__all__ = ["AdminConfig", "AdminConsole", "AdminSources", "build_console"]
+
+
+class AdminConsole:
+    """The console and its listener, as the gateway's lifespan starts and stops them."""
+
+    def __init__(self, console: Console, server: AdminServer) -> None:
+        self.console = console
+        self.server = server
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self) -> None:
+        self.console.closing.set()
+        await self.server.stop()
+
+
+def build_console(cfg: AdminConfig, src: AdminSources) -> AdminConsole:
+    """Subscribe to the audit log, count restarts, and build the app; nothing listens until ``start``."""
+    tap = AuditTap(cfg.live_buffer)
+    src.audit_log.listeners.append(tap)
+    src.started_at = src.started_at or time.time()
+    previous = src.monitor.on_transition
+
+    def transition(name: str, old: Health, new: Health) -> None:
+        previous(name, old, new)
+        if new.state == "restarting":
+            src.restarts[name] = src.restarts.get(name, 0) + 1
+
+    src.monitor.on_transition = transition
+    console = Console(cfg, src, tap)
+    return AdminConsole(console, AdminServer(console.asgi(), cfg.host, cfg.port))

@@ -1,0 +1,354 @@
+"""The console's Starlette app: login, the pages, the live stream, and the two admin actions (pins, explain).
+
+Every response carries the security headers (strict CSP: scripts and styles only from bastion itself, no inline
+code; no framing; no caching; no referrer). Every page needs a valid session cookie; every POST but the login
+needs the session's CSRF token as well; the login POST needs the login form's signed double-submit token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import jinja2
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from bastion.admin import pages
+from bastion.admin.config import AdminConfig, is_loopback
+from bastion.admin.session import COOKIE, LOGIN_COOKIE, AdminSession, Signer, csrf_ok
+from bastion.admin.sources import AdminSources
+from bastion.admin.tap import AuditTap
+from bastion.audit.record import admin_action_record, pin_approve_record
+from bastion.errors import AuthenticationError
+from bastion.pinning.errors import PinningError, PinStoreUnavailable
+from bastion.principal import Principal
+
+log = structlog.get_logger("bastion.admin")
+
+HERE = Path(__file__).parent
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff",
+                    "x-frame-options": "DENY", "referrer-policy": "no-referrer", "cache-control": "no-store"}
+# Fields of the live stream's filter, in the order the form shows them.
+FILTERS = ("principal", "tool", "decision", "rule", "event")
+# How long an idle SSE stream waits before a keep-alive comment (proxies close silent connections).
+KEEPALIVE_S = 15.0
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Console:
+    def __init__(self, cfg: AdminConfig, src: AdminSources, tap: AuditTap, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.src = src
+        self.tap = tap
+        self._clock = clock
+        self._signer = Signer(cfg.secret.encode() if cfg.secret else secrets.token_bytes(32))
+        self._env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                                       autoescape=True, undefined=jinja2.StrictUndefined)
+        # A stream ends when the console stops, so a graceful shutdown does not wait on open browsers.
+        self.closing = asyncio.Event()
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def app(self) -> Starlette:
+        routes = [
+            Route("/login", self.login_form, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self._post(self.logout), methods=["POST"]),
+            Route("/", self._page(self.overview), methods=["GET"]),
+            Route("/partials/upstreams", self._page(self.upstreams_partial), methods=["GET"]),
+            Route("/catalogue", self._page(self.catalogue), methods=["GET"]),
+            Route("/live", self._page(self.live), methods=["GET"]),
+            Route("/live/stream", self._page(self.stream), methods=["GET"]),
+            Route("/pins", self._page(self.pins), methods=["GET"]),
+            Route("/pins/{action:str}", self._post(self.pin_action), methods=["POST"]),
+            Route("/policy", self._page(self.policy), methods=["GET"]),
+            Route("/policy/explain", self._post(self.explain), methods=["POST"]),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+        app = Starlette(routes=routes)
+
+        async def headers(scope: Any, receive: Any, send: Any) -> None:
+            async def send_with_headers(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    raw = [(k, v) for k, v in message.get("headers", []) if k.decode().lower() not in SECURITY_HEADERS]
+                    raw += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                    message = {**message, "headers": raw}
+                await send(message)
+
+            await app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+
+        self._asgi = headers
+        return app
+
+    def asgi(self) -> Any:
+        """The ASGI callable to serve: the app wrapped in the security headers."""
+        self.app()
+        return self._asgi
+
+    def _render(self, name: str, request: Request, session: AdminSession | None, status: int = 200,
+                **context: Any) -> HTMLResponse:
+        body = self._env.get_template(name).render(session=session, path=request.url.path, **context)
+        return HTMLResponse(body, status_code=status)
+
+    def session_of(self, request: Request) -> AdminSession | None:
+        if not self._client_allowed(request):
+            return None
+        return self._signer.session(request.cookies.get(COOKIE), now=self._clock())
+
+    def _client_allowed(self, request: Request) -> bool:
+        # Without gateway auth the console has no credentials to check: only this machine may use it.
+        if self.src.auth_enabled:
+            return True
+        return request.client is not None and is_loopback(request.client.host)
+
+    def _page(self, handler: Callable[[Request, AdminSession], Awaitable[Response]]) -> Handler:
+        async def run(request: Request) -> Response:
+            session = self.session_of(request)
+            if session is None:
+                if request.headers.get("accept", "").startswith("text/event-stream") or \
+                        request.url.path.startswith("/partials"):
+                    return Response("login required", status_code=401, media_type="text/plain")
+                return RedirectResponse("/login", status_code=303)
+            return await handler(request, session)
+
+        return run
+
+    def _post(self, handler: Callable[[Request, AdminSession, dict[str, str]], Awaitable[Response]]) -> Handler:
+        async def run(request: Request) -> Response:
+            session = self.session_of(request)
+            if session is None:
+                return Response("login required", status_code=401, media_type="text/plain")
+            form = await _form(request)
+            if not csrf_ok(session, form.get("csrf")):
+                await self._audit(session, request, "csrf", None, "refused", "missing or wrong CSRF token")
+                return Response("CSRF token missing or wrong: reload the page and try again", status_code=403,
+                                media_type="text/plain")
+            return await handler(request, session, form)
+
+        return run
+
+    async def _audit(self, session: AdminSession | Principal | None, request: Request, action: str,
+                     target: str | None, outcome: str, detail: str | None = None) -> None:
+        admin = _principal(session) if isinstance(session, AdminSession) else session
+        if action == "csrf":
+            # A refused form is recorded as the action it tried to be.
+            action = {"/pins/approve": "pin.approve", "/pins/reject": "pin.reject", "/logout": "logout",
+                      "/policy/explain": "policy.explain"}.get(request.url.path, "login")
+        try:
+            await self.src.audit_log.emit(admin_action_record(
+                at=self._clock(), admin=admin, action=action, target=target, outcome=outcome, detail=detail,
+                remote_addr=request.client.host if request.client else None))
+        except Exception as exc:  # a required audit that fails is reported by the caller's outcome
+            log.error("admin.audit_failed", detail=str(exc))
+            raise
+
+    # -- login ------------------------------------------------------------------------------------------------
+
+    async def login_form(self, request: Request, error: str | None = None, status: int = 200) -> Response:
+        if not self._client_allowed(request):
+            return Response("the console accepts only loopback clients without 'auth'", status_code=403)
+        nonce, token = self._signer.login_token()
+        response = self._render("login.html", request, None, status=status, token=token, error=error,
+                                need_key=self.src.auth_enabled)
+        self._set_cookie(response, LOGIN_COOKIE, nonce, max_age=600)
+        return response
+
+    async def login(self, request: Request) -> Response:
+        if not self._client_allowed(request):
+            return Response("the console accepts only loopback clients without 'auth'", status_code=403)
+        form = await _form(request)
+        if not self._signer.login_ok(request.cookies.get(LOGIN_COOKIE), form.get("csrf")):
+            await self._audit(None, request, "login_failed", None, "refused", "missing or wrong CSRF token")
+            return Response("CSRF token missing or wrong: reload the login page", status_code=403,
+                            media_type="text/plain")
+        principal, problem = await self._admin_principal(form.get("key", ""))
+        if principal is None:
+            await self._audit(None, request, "login_failed", None, "refused", problem)
+            return await self.login_form(request, error="not an admin credential", status=401)
+        cookie, _ = self._signer.issue(principal.id, tuple(sorted(principal.groups)), principal.auth_method,
+                                       now=self._clock(), ttl_s=self.cfg.session_ttl_s)
+        await self._audit(principal, request, "login", principal.id, "ok")
+        response = RedirectResponse("/", status_code=303)
+        self._set_cookie(response, COOKIE, cookie, max_age=int(self.cfg.session_ttl_s))
+        response.delete_cookie(LOGIN_COOKIE, path="/")
+        return response
+
+    async def _admin_principal(self, key: str) -> tuple[Principal | None, str]:
+        if not self.src.auth_enabled:
+            # Loopback-only (checked above and at config load): the admin is whoever sits at this machine.
+            return Principal(id="loopback-admin", auth_method="none"), ""
+        key = key.strip()
+        if not key:
+            return None, "no credential"
+        try:
+            principal = await self.src.authenticator.authenticate({"authorization": f"Bearer {key}"})
+        except AuthenticationError as exc:
+            return None, f"authentication failed: {exc.log_detail}"
+        if principal.auth_method == "none" or principal.id == Principal.anonymous().id:
+            return None, "the anonymous principal is never an admin"
+        if principal.id in self.cfg.principals or principal.groups & set(self.cfg.groups):
+            return principal, ""
+        return None, f"principal {principal.id!r} is in none of admin.groups and not in admin.principals"
+
+    def _set_cookie(self, response: Response, name: str, value: str, *, max_age: int) -> None:
+        response.set_cookie(name, value, max_age=max_age, path="/", httponly=True, samesite="strict",
+                            secure=not self.cfg.loopback)
+
+    async def logout(self, request: Request, session: AdminSession, form: dict[str, str]) -> Response:
+        await self._audit(session, request, "logout", session.admin, "ok")
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    # -- pages ------------------------------------------------------------------------------------------------
+
+    async def overview(self, request: Request, session: AdminSession) -> Response:
+        return self._render("overview.html", request, session, o=pages.overview(self.src, self.tap))
+
+    async def upstreams_partial(self, request: Request, session: AdminSession) -> Response:
+        return self._render("_upstreams.html", request, session, o=pages.overview(self.src, self.tap))
+
+    async def catalogue(self, request: Request, session: AdminSession) -> Response:
+        return self._render("catalogue.html", request, session, c=pages.catalogue(self.src))
+
+    async def live(self, request: Request, session: AdminSession) -> Response:
+        filters = {k: request.query_params.get(k, "") for k in FILTERS}
+        return self._render("live.html", request, session, filters=filters,
+                            log_arguments=self.src.audit_log.log_arguments)
+
+    async def stream(self, request: Request, session: AdminSession) -> Response:
+        filters = {k: request.query_params.get(k, "") for k in FILTERS}
+        try:
+            after = int(request.headers.get("last-event-id") or request.query_params.get("after") or 0)
+        except ValueError:
+            after = 0
+        # A fresh stream starts with what the buffer holds (the last minutes), then follows.
+        log_arguments = self.src.audit_log.log_arguments
+
+        async def events() -> AsyncIterator[bytes]:
+            seq = after
+            yield b"retry: 1000\n\n"
+            while not self.closing.is_set():
+                batch = await self.tap.wait(seq, KEEPALIVE_S)
+                if not batch:
+                    if await request.is_disconnected():
+                        return
+                    yield b": keep-alive\n\n"
+                    continue
+                for s, record in batch:
+                    seq = s
+                    if pages.matches(record, filters):
+                        data = json.dumps(pages.live_record(record, log_arguments=log_arguments),
+                                          ensure_ascii=False, separators=(",", ":"))
+                        yield f"id: {s}\ndata: {data}\n\n".encode()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"x-accel-buffering": "no"})
+
+    async def pins(self, request: Request, session: AdminSession, message: str | None = None,
+                   status: int = 200) -> Response:
+        error = None
+        items: list[dict[str, Any]] = []
+        if self.src.pinning is None:
+            error = "pinning is not enabled (pinning.enabled: false)"
+        else:
+            try:
+                items = pages.pins(await self.src.pinning.list(status="quarantined"))
+            except PinStoreUnavailable as exc:
+                error = f"pin store unavailable: {exc}"
+        return self._render("pins.html", request, session, status=status, items=items, error=error,
+                            message=message)
+
+    async def pin_action(self, request: Request, session: AdminSession, form: dict[str, str]) -> Response:
+        action = request.path_params["action"]
+        if action not in ("approve", "reject") or self.src.pinning is None:
+            return Response("no such action", status_code=404, media_type="text/plain")
+        upstream, tool, fingerprint = form.get("upstream", ""), form.get("tool", ""), form.get("fingerprint") or None
+        target = f"{upstream}/{tool}"
+        # The same operation as `bastion pins approve|reject`, with the reviewed fingerprint: a definition that
+        # changed again since the page was rendered is refused, never approved unseen.
+        try:
+            if action == "approve":
+                event = await self.src.pinning.approve(upstream, tool, session.admin, fingerprint=fingerprint)
+            else:
+                event = await self.src.pinning.reject(upstream, tool, session.admin, fingerprint=fingerprint)
+        except PinningError as exc:
+            await self._audit(session, request, f"pin.{action}", target, "failed", str(exc))
+            return await self.pins(request, session, message=f"{action} failed: {exc}", status=409)
+        if action == "approve":
+            await self.src.audit_log.emit(pin_approve_record(at=self._clock(), upstream=upstream, tool=tool,
+                                                             fingerprint=event.new_fingerprint,
+                                                             approved_by=session.admin))
+        await self._audit(session, request, f"pin.{action}", target, "ok", f"fingerprint {event.new_fingerprint}")
+        # This replica applies the decision now (others hear the store's announcement).
+        self.src.pool.republish_soon()
+        return RedirectResponse("/pins", status_code=303)
+
+    def _policy_context(self) -> dict[str, Any]:
+        holder, watcher = self.src.policy, self.src.policy_watcher
+        if holder is None:
+            return {"enabled": False}
+        current = holder.current
+        return {"enabled": True, "version": current.version, "files": list(current.files),
+                "rules": len(current.rules), "status": watcher.status if watcher is not None else None}
+
+    async def policy(self, request: Request, session: AdminSession) -> Response:
+        return self._render("policy.html", request, session, p=self._policy_context(), result=None,
+                            form={"principal": "", "groups": "", "tool": "", "arguments": "{}"}, error=None)
+
+    async def explain(self, request: Request, session: AdminSession, form: dict[str, str]) -> Response:
+        from bastion.policy.cases import tool_entry
+        from bastion.policy.cli import _decision_json
+
+        fields = {k: form.get(k, "") for k in ("principal", "groups", "tool", "arguments")}
+        holder = self.src.policy
+        result, error = None, None
+        if holder is None:
+            error = "no policy is configured: every authenticated principal may call every tool"
+        else:
+            try:
+                arguments = json.loads(fields["arguments"] or "{}")
+                if not isinstance(arguments, dict):
+                    raise ValueError("arguments must be a JSON object")
+                principal = Principal(id=fields["principal"] or "anonymous",
+                                      groups=frozenset(g.strip() for g in fields["groups"].split(",") if g.strip()),
+                                      attributes=MappingProxyType({}), auth_method="api_key")
+                # The tool as the catalogue has it (its real annotations), else a bare one by name.
+                entry = self.src.gateway.view.catalogue.tool(fields["tool"]) or \
+                    tool_entry(fields["tool"], None, {})
+                decision = holder.current.decide(principal, entry, arguments)
+                result = _decision_json(decision, holder.current)
+            except ValueError as exc:
+                error = f"arguments: {exc}"
+        await self._audit(session, request, "policy.explain", fields["tool"] or None,
+                          "failed" if error else "ok",
+                          error or f"principal {fields['principal']!r}: {result['decision'] if result else ''}")
+        return self._render("policy.html", request, session, status=400 if error else 200,
+                            p=self._policy_context(), result=result, form=fields, error=error)
+
+
+def _principal(session: AdminSession) -> Principal:
+    return Principal(id=session.admin, groups=frozenset(session.groups), auth_method=session.auth_method)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    try:
+        data = await request.form()
+    except Exception:  # a body that is not a form is a form without fields
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str)}

@@ -1,0 +1,39 @@
+"""What the console reads and acts on: the running gateway's parts, handed over by ``create_app``.
+
+The console never reaches into the app by name; everything it shows comes through here, so a page can only show
+what this object exposes (no API key hashes, no upstream headers: neither is reachable from it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bastion.audit.log import AuditLog
+    from bastion.auth import Authenticator
+    from bastion.gateway import Gateway
+    from bastion.health import HealthMonitor
+    from bastion.pinning.service import Pinning
+    from bastion.policy.guard import PolicyHolder
+    from bastion.policy.watch import PolicyWatcher
+    from bastion.pool import UpstreamPool
+
+
+@dataclass(slots=True)
+class AdminSources:
+    gateway: Gateway
+    pool: UpstreamPool
+    monitor: HealthMonitor
+    audit_log: AuditLog
+    authenticator: Authenticator
+    auth_enabled: bool
+    pinning: Pinning | None = None
+    policy: PolicyHolder | None = None
+    policy_watcher: PolicyWatcher | None = None
+    # The number of live sessions, as the sweeper last counted them (``None``: not counted yet).
+    sessions: Callable[[], int | None] = lambda: None
+    started_at: float = 0.0
+    restarts: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)

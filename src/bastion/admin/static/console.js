@@ -1,0 +1,52 @@
+// bastion admin console: the little JavaScript it has. Loaded from bastion itself (CSP: script-src 'self').
+"use strict";
+
+// Sections with data-refresh re-fetch their HTML (same-origin, cookie-authenticated GET) every data-interval ms.
+function refreshing(el) {
+  const url = el.dataset.refresh;
+  const every = parseInt(el.dataset.interval || "2000", 10);
+  async function tick() {
+    try {
+      const r = await fetch(url, {credentials: "same-origin", headers: {"accept": "text/html"}});
+      if (r.status === 401) { window.location = "/login"; return; }
+      if (r.ok) { el.innerHTML = await r.text(); }
+    } catch (e) { /* the gateway may be restarting: try again next tick */ }
+    setTimeout(tick, every);
+  }
+  setTimeout(tick, every);
+}
+
+function cell(row, text) {
+  const td = document.createElement("td");
+  td.textContent = text == null ? "" : String(text);
+  row.appendChild(td);
+}
+
+// The live table: one EventSource on the stream, filtered by the form's query string.
+function live(table) {
+  const body = table.querySelector("tbody");
+  const detail = document.getElementById("record");
+  const source = new EventSource(table.dataset.stream + window.location.search);
+  source.onmessage = (ev) => {
+    const rec = JSON.parse(ev.data);
+    const row = document.createElement("tr");
+    const tool = rec.tool && typeof rec.tool === "object" ? rec.tool.name : rec.tool;
+    cell(row, rec.time);
+    cell(row, rec.event);
+    cell(row, rec.principal ? rec.principal.id : "");
+    cell(row, tool);
+    cell(row, rec.decision);
+    cell(row, rec.rule_id);
+    row.className = "decision-" + (rec.decision || "none");
+    row.dataset.event = rec.event;
+    row.addEventListener("click", () => { detail.textContent = JSON.stringify(rec, null, 2); });
+    body.insertBefore(row, body.firstChild);
+    while (body.rows.length > 500) { body.deleteRow(body.rows.length - 1); }
+  };
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("[data-refresh]").forEach(refreshing);
+  const table = document.getElementById("live");
+  if (table) { live(table); }
+});

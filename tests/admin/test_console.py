@@ -1,0 +1,212 @@
+"""The console in-process: the real gateway (create_app, stdio fixture upstream, file audit sink) and the
+console's ASGI app on the same event loop, reached through httpx's ASGI transport."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bastion.admin.session import COOKIE
+from bastion.auth.apikeys import hash_key
+from tests.support.inprocess import FrontDoor, front_door
+
+ADMIN_KEY = "bst_admin_key_for_tests_0123456789abcdef"
+USER_KEY = "bst_user_key_for_tests_0123456789abcdef"
+POLICY = """version: 1
+rules:
+  - id: eng-echo
+    effect: allow
+    principals: {groups: [eng]}
+    tools: ["basic__echo"]
+  - id: admins-all
+    effect: allow
+    principals: {groups: [admin]}
+"""
+
+
+@contextlib.asynccontextmanager
+async def console(tmp_path: Path, **config: Any) -> AsyncIterator[tuple[FrontDoor, httpx.AsyncClient]]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    config.setdefault("auth", {"api_keys": [{"id": "root", "hash": hash_key(ADMIN_KEY), "groups": ["admin"]},
+                                            {"id": "alice", "hash": hash_key(USER_KEY), "groups": ["eng"]}]})
+    config.setdefault("policies", [str(policy)])
+    async with front_door(tmp_path, admin={"port": 0}, **config) as door:
+        app = door.client._transport.app  # type: ignore[attr-defined]
+        admin = app.state.bastion.admin
+        assert admin is not None
+        transport = httpx.ASGITransport(app=admin.console.asgi(), client=("127.0.0.1", 5555))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=10) as browser:
+            yield door, browser
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, html
+    return match.group(1)
+
+
+async def login(browser: httpx.AsyncClient, key: str = ADMIN_KEY) -> httpx.Response:
+    form = await browser.get("/login")
+    return await browser.post("/login", data={"csrf": csrf_of(form.text), "key": key})
+
+
+async def test_pages_need_a_session_and_carry_a_strict_csp(tmp_path: Path) -> None:
+    async with console(tmp_path) as (_, browser):
+        for path in ("/", "/catalogue", "/live", "/pins", "/policy"):
+            r = await browser.get(path)
+            assert r.status_code == 303
+            assert r.headers["location"] == "/login"
+        r = await browser.get("/live/stream", headers={"accept": "text/event-stream"})
+        assert r.status_code == 401
+        r = await browser.get("/login")
+        csp = r.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+        assert "unsafe-inline" not in csp
+        assert r.headers["x-frame-options"] == "DENY" and r.headers["cache-control"] == "no-store"
+        # No inline script anywhere: every <script> has a src on bastion itself.
+        assert re.findall(r"<script(?![^>]*src=\"/static/)", r.text) == []
+
+
+async def test_login_sets_a_strict_cookie_and_audits_the_admin(tmp_path: Path) -> None:
+    async with console(tmp_path) as (door, browser):
+        r = await login(browser)
+        assert r.status_code == 303, r.text
+        cookie = r.headers["set-cookie"]
+        assert f"{COOKIE}=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+        assert "Secure" not in cookie  # loopback listener
+        r = await browser.get("/")
+        assert r.status_code == 200
+        assert "basic" in r.text and 'id="admin-id">root<' in r.text
+        records = door.records("admin.action")
+        assert records[-1]["action"] == "login" and records[-1]["principal"]["id"] == "root"
+        assert records[-1]["outcome"] == "ok"
+
+
+async def test_login_refuses_non_admins_wrong_keys_and_missing_csrf(tmp_path: Path) -> None:
+    async with console(tmp_path) as (door, browser):
+        assert (await login(browser, USER_KEY)).status_code == 401  # authenticated, but not in admin.groups
+        assert (await login(browser, "bst_wrong")).status_code == 401
+        assert (await login(browser, "")).status_code == 401
+        await browser.get("/login")
+        r = await browser.post("/login", data={"key": ADMIN_KEY})  # no token
+        assert r.status_code == 403
+        r = await browser.post("/login", data={"key": ADMIN_KEY, "csrf": "forged.token"})
+        assert r.status_code == 403
+        assert (await browser.get("/")).status_code == 303
+        failed = [r for r in door.records("admin.action") if r["action"] == "login_failed"]
+        assert len(failed) == 5
+        assert all(r["outcome"] == "refused" and r["principal"] is None for r in failed)
+
+
+async def test_forged_and_expired_cookies_are_no_session(tmp_path: Path) -> None:
+    async with console(tmp_path) as (_, browser):
+        await login(browser)
+        good = browser.cookies[COOKIE]
+        body, _, mac = good.partition(".")
+        browser.cookies.set(COOKIE, body + "." + ("A" if mac[0] != "A" else "B") + mac[1:])
+        assert (await browser.get("/")).status_code == 303
+
+
+async def test_state_changes_need_the_session_csrf_token(tmp_path: Path) -> None:
+    async with console(tmp_path) as (door, browser):
+        await login(browser)
+        page = await browser.get("/policy")
+        token = csrf_of(page.text)
+        form = {"principal": "alice", "groups": "eng", "tool": "basic__echo", "arguments": "{}"}
+        assert (await browser.post("/policy/explain", data=form)).status_code == 403
+        assert (await browser.post("/policy/explain", data={**form, "csrf": "x" + token})).status_code == 403
+        assert (await browser.post("/logout", data={})).status_code == 403
+        assert (await browser.post("/pins/approve", data={"upstream": "basic", "tool": "echo"})).status_code == 403
+        refused = [r for r in door.records("admin.action") if r["outcome"] == "refused"]
+        assert {r["action"] for r in refused} >= {"policy.explain", "logout", "pin.approve"}
+        r = await browser.post("/policy/explain", data={**form, "csrf": token})
+        assert r.status_code == 200
+        assert 'id="decision">allow<' in r.text and 'id="rule">eng-echo<' in r.text
+        r = await browser.post("/policy/explain", data={**form, "groups": "", "csrf": token})
+        assert 'id="decision">deny<' in r.text
+        r = await browser.post("/policy/explain", data={**form, "arguments": "[1]", "csrf": token})
+        assert r.status_code == 400
+        explained = [r for r in door.records("admin.action") if r["action"] == "policy.explain"]
+        assert [r["outcome"] for r in explained][-3:] == ["ok", "ok", "failed"]
+        assert all(r["principal"]["id"] == "root" for r in explained if r["outcome"] != "refused")
+
+
+async def test_pages_render_without_secrets(tmp_path: Path) -> None:
+    async with console(tmp_path) as (_, browser):
+        await login(browser)
+        texts = [(await browser.get(p)).text for p in ("/", "/catalogue", "/live", "/pins", "/policy",
+                                                        "/partials/upstreams")]
+        joined = "\n".join(texts)
+        assert "basic__echo" in texts[1]
+        assert "state-up" in texts[0]
+        assert hash_key(ADMIN_KEY) not in joined and "sha256:" not in joined and ADMIN_KEY not in joined
+        assert 'id="no-pins"' in texts[3]  # pinning is on by default, and nothing changed yet
+        assert "policy.yaml" in texts[4]
+
+
+async def test_live_stream_filters_and_hides_arguments(tmp_path: Path) -> None:
+    async with console(tmp_path) as (door, browser):
+        await login(browser)
+        bad = {"Authorization": f"Bearer {USER_KEY}"}
+        headers = dict(bad)
+        sess = await door.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            headers)
+        headers = {**headers, "Mcp-Session-Id": sess.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        await door.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
+        for tool in ("basic__echo", "basic__add"):
+            await door.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                             "params": {"name": tool, "arguments": {"text": "secret-argument", "a": 1, "b": 2}}},
+                            headers)
+        # Over the console's real listener: the ASGI transport buffers whole bodies, and a stream never ends.
+        app = door.client._transport.app  # type: ignore[attr-defined]
+        port = app.state.bastion.admin.port
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", cookies=browser.cookies,
+                                     timeout=10) as tcp, \
+                tcp.stream("GET", "/live/stream", params={"decision": "deny"},
+                           headers={"accept": "text/event-stream"}) as r:
+            assert r.status_code == 200
+            events: list[dict[str, Any]] = []
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    break
+        assert events[0]["event"] == "tool.call" and events[0]["decision"] == "deny"
+        assert events[0]["tool"]["name"] == "basic__add"
+        assert "secret-argument" not in json.dumps(events) and "arguments" not in events[0]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3"])
+def test_non_loopback_console_needs_auth(host: str) -> None:
+    from bastion.admin.config import AdminConfig
+    from bastion.errors import ConfigError
+
+    cfg = AdminConfig.from_mapping({"host": host}, "admin")
+    with pytest.raises(ConfigError, match="not loopback"):
+        cfg.check_auth(auth_enabled=False)
+    cfg.check_auth(auth_enabled=True)
+    AdminConfig.from_mapping({"host": "127.0.0.1"}, "admin").check_auth(auth_enabled=False)
+
+
+async def test_without_auth_only_loopback_clients_get_in(tmp_path: Path) -> None:
+    async with console(tmp_path, auth="none", policies=[]) as (door, browser):
+        r = await browser.get("/login")
+        assert 'name="key"' not in r.text
+        r = await browser.post("/login", data={"csrf": csrf_of(r.text)})
+        assert r.status_code == 303
+        assert (await browser.get("/")).status_code == 200
+        assert door.records("admin.action")[-1]["principal"]["id"] == "loopback-admin"
+        app = door.client._transport.app  # type: ignore[attr-defined]
+        remote = httpx.ASGITransport(app=app.state.bastion.admin.console.asgi(), client=("192.0.2.7", 5555))
+        async with httpx.AsyncClient(transport=remote, base_url="http://127.0.0.1") as other:
+            other.cookies = browser.cookies
+            assert (await other.get("/login")).status_code == 403
+            assert (await other.get("/")).status_code == 303
