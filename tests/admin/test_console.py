@@ -164,7 +164,7 @@ async def test_live_stream_filters_and_hides_arguments(tmp_path: Path) -> None:
         await door.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
         for tool in ("basic__echo", "basic__add"):
             await door.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                             "params": {"name": tool, "arguments": {"text": "secret-argument", "a": 1, "b": 2}}},
+                             "params": {"name": tool, "arguments": {"message": "secret-argument", "a": 1, "b": 2}}},
                             headers)
         # Over the console's real listener: the ASGI transport buffers whole bodies, and a stream never ends.
         app = door.client._transport.app  # type: ignore[attr-defined]
