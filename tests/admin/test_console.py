@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
+import bastion.audit
 from bastion.admin.session import COOKIE
 from bastion.auth.apikeys import hash_key
 from tests.support.inprocess import FrontDoor, front_door
@@ -87,6 +89,9 @@ async def test_login_sets_a_strict_cookie_and_audits_the_admin(tmp_path: Path) -
         assert "basic" in r.text and 'id="admin-id">root<' in r.text
         records = door.records("admin.action")
         assert records[-1]["action"] == "login" and records[-1]["principal"]["id"] == "root"
+        schema = json.loads((Path(bastion.audit.__file__).parent / "schema.json").read_text())
+        for record in records:
+            jsonschema.Draft202012Validator(schema).validate(record)
         assert records[-1]["outcome"] == "ok"
 
 
