@@ -397,7 +397,6 @@ def create_app(settings: Settings) -> Starlette:
 
     admin_cfg: AdminConfig = settings.section("admin")
     if admin_cfg.enabled:
-        admin_cfg.check_auth(auth_cfg.mode != "none")
         components.admin = build_console(admin_cfg, AdminSources(
             gateway=gateway, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
             auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,

@@ -316,6 +316,9 @@ def parse(data: Any, *, source: str, base_dir: Path, env: Mapping[str, str] | No
 
     partial = _Partial(listen=listen, base_dir=base_dir, redis_url=redis_url)
     sections = {name: parser(root.get(name), partial) for name, parser in parsers.items()}
+    # Across sections: a console reachable from other machines must be able to tell admins apart.
+    if "admin" in sections and "auth" in sections:
+        sections["admin"].check_auth(sections["auth"].mode != "none")
 
     return Settings(
         source=source,

@@ -199,6 +199,13 @@ def test_non_loopback_console_needs_auth(host: str) -> None:
         cfg.check_auth(auth_enabled=False)
     cfg.check_auth(auth_enabled=True)
     AdminConfig.from_mapping({"host": "127.0.0.1"}, "admin").check_auth(auth_enabled=False)
+    # At config load, so `bastion check` finds it as `serve` would.
+    from bastion.settings import loads
+
+    doc = "auth: none\nupstreams: {u: {url: 'http://127.0.0.1:1/mcp'}}\nadmin: {host: '%s'}\n"
+    with pytest.raises(ConfigError, match="not loopback"):
+        loads(doc % host)
+    assert loads(doc % "127.0.0.1").section("admin").enabled
 
 
 async def test_without_auth_only_loopback_clients_get_in(tmp_path: Path) -> None:
