@@ -3,6 +3,7 @@ console's ASGI app on the same event loop, reached through httpx's ASGI transpor
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -222,3 +223,38 @@ async def test_without_auth_only_loopback_clients_get_in(tmp_path: Path) -> None
             other.cookies = browser.cookies
             assert (await other.get("/login")).status_code == 403
             assert (await other.get("/")).status_code == 303
+
+
+async def test_reject_and_a_stale_fingerprint_are_the_cli_operations(tmp_path: Path) -> None:
+    async with console(tmp_path) as (door, browser):
+        await login(browser)
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        r = await door.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            headers)
+        headers |= {"Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        await door.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
+        await door.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                         "params": {"name": "basic__mutate", "arguments": {}}}, headers)
+        page = ""
+        for _ in range(100):
+            page = (await browser.get("/pins")).text
+            if 'data-pin="basic/echo"' in page:
+                break
+            await asyncio.sleep(0.1)
+        assert 'data-pin="basic/echo"' in page and "id_rsa" in page  # the diff shows the injected text
+        token = csrf_of(page)
+        fingerprint = re.search(r'name="fingerprint" value="([^"]+)"', page)
+        assert fingerprint
+        stale = {"csrf": token, "upstream": "basic", "tool": "echo", "fingerprint": "sha256:0000"}
+        r = await browser.post("/pins/approve", data=stale)
+        assert r.status_code == 409 and "approve failed" in r.text
+        r = await browser.post("/pins/reject", data={**stale, "fingerprint": fingerprint.group(1)})
+        assert r.status_code == 303
+        pins = (await browser.get("/pins")).text
+        assert "rejected by root" in pins
+        hidden = (await browser.get("/catalogue")).text.split('id="hidden-tools"')[1]
+        assert "basic__echo" in hidden
+        outcomes = [(r["action"], r["outcome"], r["target"]) for r in door.records("admin.action")]
+        assert ("pin.approve", "failed", "basic/echo") in outcomes and ("pin.reject", "ok", "basic/echo") in outcomes
+        assert not door.records("pin.approve")
