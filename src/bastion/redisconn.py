@@ -36,13 +36,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.sentinel import Sentinel
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["ClientOptions", "RedisClients", "RedisTarget", "open_client", "parse_target"]
+__all__ = ["ClientOptions", "RedisClients", "RedisTarget", "open_client", "open_pubsub", "parse_target"]
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
@@ -164,7 +164,7 @@ def _sentinel_client(target: RedisTarget, options: ClientOptions) -> aioredis.Re
                                        "socket_connect_timeout": options.connect_timeout_s}
     if target.sentinel_password:
         sentinel_kwargs["password"] = target.sentinel_password
-    sentinel = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_kwargs)
+    sentinel = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
     client: aioredis.Redis = sentinel.master_for(target.master, db=target.db, username=target.username,
                                                  password=target.password, **options.kwargs())
     return client
@@ -181,6 +181,21 @@ def _cluster_client(target: RedisTarget, options: ClientOptions) -> aioredis.Red
     # Not a subclass of Redis, but it implements every command bastion sends (single-slot keys, scripts whose
     # keys share one hash slot, pipelines, pub/sub, SCAN over all primaries); see docs/operations.md, key layout.
     return cast(aioredis.Redis, cluster)
+
+
+async def open_pubsub(client: aioredis.Redis) -> aioredis.client.PubSub:
+    """A pub/sub object of ``client``, whatever its shape; use it as ``async with``.
+
+    A Cluster client maps slots to nodes only on its first command, and ClusterPubSub (which picks the node that
+    serves the channel's slot) reads that map without loading it: on a fresh client SUBSCRIBE failed with a
+    KeyError. Loading the map first makes the first subscription work like any later one. Classic PUBLISH is
+    broadcast over the cluster bus to every node, so a subscriber on any node hears every publisher.
+    """
+    # Typed as Redis everywhere (see _cluster_client), so the isinstance check goes through ``object``.
+    candidate: object = client
+    if isinstance(candidate, RedisCluster):
+        await candidate.initialize()
+    return client.pubsub()
 
 
 @dataclass(slots=True)

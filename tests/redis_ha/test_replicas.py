@@ -159,7 +159,8 @@ def check_outcomes(name: str, outcomes: list[Outcome], killed: float) -> float:
     assert all(o.code == -31004 or o.status == 503 for o in failures), sorted({(o.status, o.code) for o in failures})
     window_end = max((o.ended for o in failures), default=killed)
     window = window_end - killed
-    assert window < ERROR_WINDOW_BOUND_S, window
+    assert window < ERROR_WINDOW_BOUND_S, sorted({(round(o.started - killed), o.kind, o.status, o.code)
+                                                  for o in failures})
     after = [o for o in outcomes if o.started > window_end]
     assert len(after) > 20 and all(o.ok for o in after)
     print(f"\n[redis {name}] primary killed under load: requests={len(outcomes)} failed={len(failures)} "

@@ -157,7 +157,7 @@ class SentinelShape:
             _Node(self.root, free_port(), [
                 f"sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2",
                 f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}",
-                f"sentinel failover-timeout {MASTER} 5000",
+                f"sentinel failover-timeout {MASTER} 2000",
                 f"sentinel parallel-syncs {MASTER} 1",
             ], sentinel=True).start()
             for _ in range(3)
@@ -190,16 +190,13 @@ class SentinelShape:
         return sentinel.master_for(MASTER, socket_timeout=2)
 
     def primary(self) -> _Node:
-        host, port = self.sentinels[0].client().sentinel_get_master_addr_by_name(MASTER)
+        _host, port = self.sentinels[0].client().sentinel_get_master_addr_by_name(MASTER)
         return next(n for n in self.data if n.port == int(port))
 
     def kill_primary(self, key: str) -> float:
         old = self.primary()
         old.kill()
         return time.monotonic()
-
-    def failed_over(self) -> bool:
-        return all(n.proc is not None for n in self.data) or self.primary().proc is not None
 
     def stop(self) -> None:
         for n in self.sentinels + self.data:
