@@ -30,16 +30,18 @@ limits may count a call twice, an audit stream entry may be duplicated, a sessio
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = ["ClientOptions", "RedisClients", "RedisTarget", "open_client", "open_pubsub", "parse_target"]
@@ -170,13 +172,52 @@ def _sentinel_client(target: RedisTarget, options: ClientOptions) -> aioredis.Re
     return client
 
 
+def _torn_down(exc: AttributeError) -> bool:
+    # The signature of redis-py using a connection whose reader/writer another task set to None.
+    return "'NoneType' object has no attribute" in str(exc)
+
+
+class _FailoverSafeCluster(RedisCluster):
+    """RedisCluster whose commands fail with ``ConnectionError`` when a failover closes their connection.
+
+    redis-py 8.1: when a node fails, the cluster client disconnects that node's connections while other tasks are
+    mid-command on them; the command then dies with ``AttributeError: 'NoneType' object has no attribute
+    'writelines'`` (seen in tests/redis_ha under load, about one run in three). Every use in bastion handles Redis
+    errors with its declared failure behaviour, but an AttributeError escaped them all and became an unhandled
+    exception in the ASGI app. Mapped here, once, it is the connection error it is.
+    """
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            if not _torn_down(exc):
+                raise
+            raise RedisConnectionError(f"connection closed during a cluster failover: {exc}") from exc
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)
+        return _FailoverSafePipeline(self, transaction)  # type: ignore[abstract]  # as RedisCluster.pipeline
+
+
+class _FailoverSafePipeline(ClusterPipeline):
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute(*args, **kwargs)
+        except AttributeError as exc:
+            if not _torn_down(exc):
+                raise
+            raise RedisConnectionError(f"connection closed during a cluster failover: {exc}") from exc
+
+
 def _cluster_client(target: RedisTarget, options: ClientOptions) -> aioredis.Redis:
     # RedisCluster follows MOVED/ASK redirections and, after a connection error, re-reads the slot map, so a
     # promoted replica is found on the retry. ``retry`` here is the cluster-level retry (with the slot-map
     # refresh); the node connections it makes get the same socket timeouts.
     kwargs = options.kwargs()
     kwargs.pop("retry_on_error")  # RedisCluster retries ConnectionError/TimeoutError/ClusterDownError itself
-    cluster = RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
+    cluster = _FailoverSafeCluster(startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
                            username=target.username, password=target.password, **kwargs)
     # Not a subclass of Redis, but it implements every command bastion sends (single-slot keys, scripts whose
     # keys share one hash slot, pipelines, pub/sub, SCAN over all primaries); see docs/operations.md, key layout.
@@ -212,6 +253,25 @@ class RedisClients:
     @classmethod
     def open(cls, url: str, *, limiter_timeout_s: float) -> RedisClients:
         return cls(shared=open_client(url, SHARED), limiter=open_client(url, limiter_options(limiter_timeout_s)))
+
+    async def warm(self, timeout_s: float = 2.0) -> bool:
+        """PING both clients once at startup, best effort; True when both answered.
+
+        A Cluster client discovers the slot map, and a Sentinel client the primary, on its first command. Left to
+        the first request, that discovery (several round trips, new connections) ran inside the limiter's 250 ms
+        budget and, on a loaded machine, refused the first calls with -31004. Redis being down at startup is a
+        supported state (each use has its outage behaviour), so a failure here is only logged by the caller.
+        """
+        async def ping(client: aioredis.Redis) -> bool:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await client.ping()
+            except (RedisError, OSError, TimeoutError):
+                return False
+            return True
+
+        results = await asyncio.gather(ping(self.shared), ping(self.limiter))
+        return all(results)
 
     async def aclose(self) -> None:
         await self.limiter.aclose()

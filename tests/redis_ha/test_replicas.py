@@ -143,6 +143,10 @@ def test_primary_killed_under_load(shape: Shape, replicas: list[GatewayProcess])
         for t in threads:
             t.join(timeout=2 * DEADLINE_S)
     outcomes = [o for load in loads for o in load.outcomes]
+    errors = [line for gw in replicas for line in gw.stderr().splitlines()
+              if '"level": "error"' in line or "Traceback" in line or "Exception" in line]
+    crashes = [e for e in errors if "Exception in ASGI" in e or "Traceback" in e]
+    assert not crashes, "\n".join(orjson.loads(c).get("exception", c) for c in crashes[:2])
     window_end = check_outcomes(shape.name, outcomes, killed)
     check_audit(shape, replicas, outcomes, window_end)
 
@@ -153,7 +157,7 @@ def check_outcomes(name: str, outcomes: list[Outcome], killed: float) -> float:
     slowest = max(o.ended - o.started for o in outcomes)
     assert slowest < DEADLINE_S / 2
     before = [o for o in outcomes if o.ended < killed]
-    assert before and all(o.ok for o in before)
+    assert before and all(o.ok for o in before), [o for o in before if not o.ok][:3]
     failures = [o for o in outcomes if not o.ok]
     # Refusals in the window are the declared failure mode (closed: -31004) or a retryable session 503.
     assert all(o.code == -31004 or o.status == 503 for o in failures), sorted({(o.status, o.code) for o in failures})
