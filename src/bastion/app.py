@@ -455,6 +455,9 @@ def create_app(settings: Settings) -> Starlette:
             tasks.append(asyncio.create_task(watcher.run(), name="bastion-policy-watcher"))
         if pin_watcher is not None:
             tasks.append(asyncio.create_task(pin_watcher.run(), name="bastion-pin-watcher"))
+        # Cluster slot map / Sentinel primary discovered now, not inside the first calls' limiter budget.
+        if redis_clients is not None and not await redis_clients.warm():
+            log.warning("redis.unreachable_at_start")
         await pool.start()
         sweeper.start()
         if admin is not None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote, urlencode
 
 from bastion.catalogue_limits import CatalogueLimits
 from bastion.errors import ConfigError
@@ -347,16 +348,73 @@ def _asdict(obj: Any) -> dict[str, Any]:
 
 
 def _redis_url(value: Any, env: Mapping[str, str]) -> str | None:
+    """The Redis to use as one URL string (see ``bastion.redisconn.RedisTarget`` for the three shapes)."""
+    from bastion.redisconn import parse_target
+
     if env.get("BASTION_REDIS_URL"):
         return env["BASTION_REDIS_URL"]
     if value is None:
         return None
     data = as_mapping(value, "redis")
-    check_keys(data, {"url"}, "redis")
-    url = expand_env(as_str(data.get("url"), "redis.url"), "redis.url")
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError("must be a redis://, rediss:// or unix:// URL", path="redis.url")
+    check_keys(data, {"url", "sentinel", "cluster"}, "redis")
+    given = [key for key in ("url", "sentinel", "cluster") if data.get(key) is not None]
+    if len(given) != 1:
+        raise ConfigError("set exactly one of redis.url, redis.sentinel, redis.cluster", path="redis")
+    if given[0] == "sentinel":
+        url = _sentinel_url(as_mapping(data["sentinel"], "redis.sentinel"))
+    elif given[0] == "cluster":
+        url = _cluster_url(as_mapping(data["cluster"], "redis.cluster"))
+    else:
+        url = expand_env(as_str(data.get("url"), "redis.url"), "redis.url")
+    try:
+        parse_target(url)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=f"redis.{given[0]}") from None
     return url
+
+
+def _redis_nodes(data: Mapping[str, Any], path: str) -> str:
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) and n for n in nodes):
+        raise ConfigError("must be a non-empty list of host:port strings", path=f"{path}.nodes")
+    return ",".join(expand_env(n, f"{path}.nodes") for n in nodes)
+
+
+def _redis_credentials(data: Mapping[str, Any], path: str) -> str:
+    user = _optional_secret(data, "username", path)
+    password = _optional_secret(data, "password", path)
+    if not user and not password:
+        return ""
+    return f"{quote(user, safe='')}:{quote(password, safe='')}@"
+
+
+def _optional_secret(data: Mapping[str, Any], key: str, path: str) -> str:
+    value = data.get(key)
+    return "" if value is None else expand_env(as_str(value, f"{path}.{key}"), f"{path}.{key}")
+
+
+def _sentinel_url(data: Mapping[str, Any]) -> str:
+    path = "redis.sentinel"
+    check_keys(data, {"master", "nodes", "username", "password", "sentinel_password", "db"}, path)
+    master = as_str(data.get("master"), f"{path}.master")
+    if not master:
+        raise ConfigError("names the primary the sentinels watch (their 'sentinel monitor' name)",
+                          path=f"{path}.master")
+    db = data.get("db", 0)
+    if not isinstance(db, int) or isinstance(db, bool) or db < 0:
+        raise ConfigError("must be a non-negative integer", path=f"{path}.db")
+    url = (f"redis+sentinel://{_redis_credentials(data, path)}{_redis_nodes(data, path)}/"
+           f"{quote(master, safe='')}/{db}")
+    secret = _optional_secret(data, "sentinel_password", path)
+    if secret:
+        url += "?" + urlencode({"sentinel_password": secret})
+    return url
+
+
+def _cluster_url(data: Mapping[str, Any]) -> str:
+    path = "redis.cluster"
+    check_keys(data, {"nodes", "username", "password"}, path)
+    return f"redis+cluster://{_redis_credentials(data, path)}{_redis_nodes(data, path)}"
 
 
 def _check_prefixes(upstreams: tuple[Any, ...], separator: str) -> None:

@@ -111,10 +111,12 @@ async def test_redis_keys_follow_the_documented_layout(redis_server: RedisServer
         guard = RateLimitGuard(limiter, config(key_prefix=prefix))
         async with AsyncExitStack() as cleanup:
             await guard.check(ctx("alice@example.com"), CallRecord(), cleanup)
-            keys = sorted([k.decode() async for k in client.scan_iter(match=f"{prefix}:*")])
-            assert keys == [f"{prefix}:cc:inflight:principal=alice@example.com",
-                            f"{prefix}:per-principal:principal=alice@example.com"]
-        assert await client.exists(f"{prefix}:cc:inflight:principal=alice@example.com") == 0
+            # The prefix is the Cluster hash tag: every bucket and cap of the limiter shares one slot.
+            tag = "{" + prefix + "}"
+            keys = sorted([k.decode() async for k in client.scan_iter(match=f"{tag}:*")])
+            assert keys == [f"{tag}:cc:inflight:principal=alice@example.com",
+                            f"{tag}:per-principal:principal=alice@example.com"]
+        assert await client.exists(f"{tag}:cc:inflight:principal=alice@example.com") == 0
     finally:
         await client.aclose()
 

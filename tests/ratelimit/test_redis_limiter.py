@@ -112,8 +112,8 @@ async def test_refusal_consumes_no_other_limit(redis_client: Redis, prefix: str)
 async def test_keys_are_namespaced_and_expire_when_full_again(redis_client: Redis, prefix: str) -> None:
     limiter = limiter_for(redis_client, prefix)
     await limiter.check([check("ttl", "5/1")])
-    key = f"{prefix}:ttl:global"
-    assert [k.decode() async for k in redis_client.scan_iter(match=f"{prefix}:*")] == [key]
+    key = "{" + prefix + "}:ttl:global"  # the prefix is the Cluster hash tag
+    assert [k.decode() async for k in redis_client.scan_iter(match="{" + prefix + "}:*")] == [key]
     assert 0 < await redis_client.pttl(key) <= 200
     assert await admitted(limiter, [check("ttl", "5/1")], 4) == 4
     assert 200 < await redis_client.pttl(key) <= 1000

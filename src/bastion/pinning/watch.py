@@ -28,6 +28,7 @@ import redis.exceptions as redis_errors
 import structlog
 
 from bastion.pinning.store import FilePinStore, PinStore, RedisPinStore
+from bastion.redisconn import open_pubsub
 
 log = structlog.get_logger("bastion.pinning")
 
@@ -74,7 +75,7 @@ class RedisPinWatcher:
         subscribed_before = False
         while True:
             try:
-                async with self._client.pubsub() as pubsub:
+                async with await open_pubsub(self._client) as pubsub:
                     await pubsub.subscribe(self._channel)
                     if subscribed_before:
                         self._on_change()  # a decision may have been announced while we were not listening

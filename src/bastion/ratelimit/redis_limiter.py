@@ -65,6 +65,21 @@ class _Health:
         self._emit("redis_recovered")
 
 
+def hash_tagged(prefix: str) -> str:
+    """``prefix`` as a Redis Cluster hash tag (``{bastion:rl}``), unless it already holds a non-empty one.
+
+    One script call reads and writes every bucket of a call (all-or-nothing across the limits) or every cap of a
+    lease set, and a Cluster runs a script only when all its keys hash to one slot. The global and per-upstream
+    buckets are shared by every principal, so the buckets linked by "checked in one call" form one connected set:
+    no finer tag than the whole limiter keeps each call's keys together. The components after the tag are
+    percent-encoded (braces included), so no principal or tool name can move a key to another slot.
+    """
+    start = prefix.find("{")
+    if start >= 0 and prefix.find("}", start) > start + 1:
+        return prefix
+    return "{" + prefix + "}"
+
+
 class RedisLimiter(Limiter):
     """``client`` should be built with ``RateLimitConfig.redis_client_kwargs()`` (timeouts, one retry)."""
 
@@ -72,7 +87,7 @@ class RedisLimiter(Limiter):
                  timeout_s: float = 0.05, lease_ttl_s: float = 30.0, on_event: EventHook | None = None) -> None:
         super().__init__(lease_ttl_s=lease_ttl_s, on_event=on_event)
         self._client = client
-        self._prefix = key_prefix
+        self._prefix = hash_tagged(key_prefix)
         self._failure_mode = failure_mode
         self._timeout_s = timeout_s
         self._health = _Health(failure_mode, self._emit)
