@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ from bastion.server.session_sweep import IndexedRedisSessions, SessionSweeper, S
 from bastion.server.sessions import MemorySessionStore, SessionData
 from bastion.server.state import StateSealer
 from bastion.settings import Settings
+from bastion.tracing import build_tracing
 from bastion.upstream.config import build_upstream
 from bastion.validation import InputSchemaGuard, OutputSchemaGuard, ValidationConfig
 from bastion.views import AuditCatalogueDrops, CompileSchemas, PinTools, SanitizeDefinitions, validators_for
@@ -338,6 +340,9 @@ def create_app(settings: Settings) -> Starlette:
     audit_hook: AuditHook = auditor if holder is None else \
         FlowRecorder(auditor, lambda: holder.current, flow_store)
     gateway.pipeline = Pipeline(request_guards, response_guards, audit_hook)
+    # Off unless configured: then a no-op that never imports the OpenTelemetry SDK.
+    tracing = build_tracing(settings.section("tracing"), os.environ)
+    gateway.tracing = gateway.pipeline.tracing = tracing
 
     members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
@@ -480,6 +485,8 @@ def create_app(settings: Settings) -> Starlette:
                 with contextlib.suppress(Exception):
                     await closer.close()
             await http.aclose()
+            # Last: spans of the calls drained above are exported (bounded by the exporter's own timeout).
+            await asyncio.to_thread(tracing.shutdown)
             if isinstance(store, FallbackSessionStore):
                 await store.aclose()
             if redis_clients is not None:

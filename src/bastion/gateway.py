@@ -26,6 +26,7 @@ from bastion.server.sessions import LiveSessions, SessionStore
 from bastion.settings import Settings
 from bastion.strictjson import printable
 from bastion.tool import ToolEntry
+from bastion.tracing import NO_TRACING, Tracing
 from bastion.upstream.base import RelatedMessageHandler
 
 log = structlog.get_logger("bastion.gateway")
@@ -111,6 +112,8 @@ class Gateway:
         # Writes one audit record that is not a tool call (lists, sessions…); the app wires the audit log.
         self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = _discard
         self._rebuild_lock = asyncio.Lock()
+        # Spans for requests, stages and forwards (bastion.tracing); the app assigns the configured one.
+        self.tracing: Tracing = NO_TRACING
 
     async def forward(self, upstream: str, method: str, params: dict[str, Any],
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
@@ -121,7 +124,9 @@ class Gateway:
         health = self.pool.monitor
         health.check(upstream)
         try:
-            result = await member.upstream.request(method, params, timeout=member.timeout_s, on_message=on_message)
+            with self.tracing.forward(upstream, method, params) as params:
+                result = await member.upstream.request(method, params, timeout=member.timeout_s,
+                                                       on_message=on_message)
         except (UpstreamUnavailable, UpstreamTimeout) as exc:
             # Passive health signal. A timeout may be one slow tool: it only starts a probe that tells slow from
             # dead; an unreachable upstream counts towards "down".

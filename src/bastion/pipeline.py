@@ -24,6 +24,7 @@ from bastion.errors import INTERNAL_ERROR, AuditUnavailable, ProtocolError, Requ
 from bastion.principal import Principal
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 from bastion.tool import ToolEntry
+from bastion.tracing import NO_TRACING, Tracing
 
 log = structlog.get_logger("bastion.pipeline")
 
@@ -129,6 +130,8 @@ class Pipeline:
         self.request_guards = tuple(request_guards)
         self.response_guards = tuple(response_guards)
         self.audit = audit
+        # A span per stage when tracing is on (the app assigns it); the no-op costs a method call per stage.
+        self.tracing: Tracing = NO_TRACING
 
     async def run(self, ctx: CallContext, forward: Forward) -> dict[str, Any]:
         record = CallRecord()
@@ -136,15 +139,18 @@ class Pipeline:
         outcome: Outcome = "allowed"
         result: dict[str, Any] | None = None
         failure: RequestError | None = None
+        tracing = self.tracing
         try:
             async with AsyncExitStack() as cleanup:
                 for guard in self.request_guards:
                     record.stage = guard.name
-                    await guard.check(ctx, record, cleanup)
+                    with tracing.stage(guard.name):
+                        await guard.check(ctx, record, cleanup)
                 record.stage = "forward"
                 sent = time.perf_counter()
                 try:
-                    result = await forward(ctx, record)
+                    with tracing.stage("forward"):
+                        result = await forward(ctx, record)
                 finally:
                     record.upstream_ms = (time.perf_counter() - sent) * 1000
                 # An input_required result (2026-07-28) is a question for the client, not the tool's output:
@@ -152,7 +158,8 @@ class Pipeline:
                 if result.get("resultType") != "input_required":
                     for rguard in self.response_guards:
                         record.stage = rguard.name
-                        result = await rguard.apply(ctx, result, record)
+                        with tracing.stage(rguard.name):
+                            result = await rguard.apply(ctx, result, record)
                 record.stage = "complete"
         except ToolError as exc:
             outcome = _STAGE_OUTCOME.get(record.stage, "error")
@@ -170,6 +177,7 @@ class Pipeline:
         except asyncio.CancelledError:
             outcome, record.decision = "client_disconnected", "error"
             record.reason = record.reason or "call cancelled by the client"
+            tracing.call_outcome(ctx, record, outcome)
             await self._audit(ctx, record, outcome, None, started)
             raise
         except Exception as exc:
@@ -183,6 +191,7 @@ class Pipeline:
             failure = ProtocolError(INTERNAL_ERROR, "Internal error", log_detail=record.audit_error)
         if outcome == "allowed" and result is not None and result.get("isError") is True:
             record.extra["upstream_is_error"] = True
+        tracing.call_outcome(ctx, record, outcome)
         # Audit before answering: with audit.required the hook raises and the caller gets an error instead of
         # a result that was never recorded.
         await self._audit(ctx, record, outcome, result if failure is None else None, started, failure)

@@ -18,6 +18,7 @@ from bastion.health.config import HealthConfig
 from bastion.pinning import PinningConfig
 from bastion.ratelimit.config import RateLimitConfig
 from bastion.sanitize.config import SanitizeConfig
+from bastion.tracing.config import TracingConfig
 from bastion.validation import ValidationConfig
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ def _health(data: Any, core: _Partial) -> HealthConfig:
     return HealthConfig.from_mapping(data, "health")
 
 
+def _tracing(data: Any, core: _Partial) -> TracingConfig:
+    return TracingConfig.from_mapping(data, "tracing")
+
+
 def _pinning(data: Any, core: _Partial) -> PinningConfig:
     cfg = PinningConfig.from_mapping(data, "pinning")
     cfg.store_kind(have_redis=core.redis_url is not None)  # store: redis without redis.url is a config error
@@ -67,4 +72,5 @@ SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType
     "pinning": _pinning,
     "health": _health,
     "admin": _admin,
+    "tracing": _tracing,
 })

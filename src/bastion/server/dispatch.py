@@ -70,7 +70,9 @@ class Scope:
     session: SessionData | None = None
     live: LiveSession | None = None
     log_level: str | None = None
+    # The W3C trace context of the HTTP request (headers); ``params._meta`` carries it per message and wins.
     traceparent: str | None = None
+    tracestate: str | None = None
 
 
 def server_capabilities() -> dict[str, Any]:
@@ -119,7 +121,21 @@ class Dispatcher:
         handler = self._handlers.get(msg.method)
         if handler is None or not self.knows(msg.method, scope.era):
             raise MethodNotFound(msg.method, http_status=404 if scope.era == "modern" else 200)
-        return await handler(scope, msg.params, msg.id)
+        tracing = self.gw.tracing
+        if not tracing.enabled:
+            return await handler(scope, msg.params, msg.id)
+        with tracing.request(msg.method, target=_span_target(msg.method, msg.params),
+                                     meta=jsonrpc.obj(msg.params.get("_meta")), traceparent=scope.traceparent,
+                                     tracestate=scope.tracestate, attributes=_span_attributes(scope, msg.id)):
+            return await handler(scope, msg.params, msg.id)
+
+    def _traceparent(self, scope: Scope, meta: Mapping[str, Any]) -> str | None:
+        """The trace context an audit record joins: bastion's own span when tracing is on, else the client's."""
+        own = self.gw.tracing.traceparent()
+        if own is not None:
+            return own
+        sent = meta.get("traceparent")
+        return sent if isinstance(sent, str) else scope.traceparent
 
     # -- local answers --------------------------------------------------------------------------------------
 
@@ -171,7 +187,7 @@ class Dispatcher:
                 at=time.time(), shown=len(visible), hidden=len(self.gw.view.catalogue.tools) - len(visible),
                 request_id=rid,
                 session=scope.session.id if scope.session else None, era=scope.era, principal=scope.principal,
-                client_info=scope.client_info,
+                client_info=scope.client_info, traceparent=self._traceparent(scope, jsonrpc.obj(params.get("_meta"))),
                 upstreams_failed=[n for n, up in (self.gw.pool.health() if self.gw.pool else {}).items() if not up]))
         names = [t.public_name for t in visible]
         start, end, next_cursor = cat.page(names, params.get("cursor"), self.gw.settings.catalogue.page_size)
@@ -209,7 +225,7 @@ class Dispatcher:
             request_id=secrets.token_hex(8), principal=scope.principal, tool=entry, arguments=arguments,
             era=scope.era, session_id=session_id,
             client_info=dict(scope.client_info) if scope.client_info else None,
-            traceparent=meta.get("traceparent") if isinstance(meta.get("traceparent"), str) else None,
+            traceparent=self._traceparent(scope, meta),
             client_id=rid,
         )
         progress_token = meta.get("progressToken")
@@ -247,6 +263,12 @@ class Dispatcher:
         the input capabilities bastion can relay for this caller (so the upstream asks only for what it can get).
         """
         out = {k: meta[k] for k in FORWARDED_META if k in meta}
+        if "traceparent" not in out and scope.traceparent is not None:
+            # A client that traces at the HTTP layer only: its context still reaches the upstream (when bastion
+            # traces, ``Tracing.forward`` replaces it with bastion's own client span).
+            out["traceparent"] = scope.traceparent
+            if scope.tracestate is not None:
+                out["tracestate"] = scope.tracestate
         if self._upstream_is_modern(upstream):
             relayable = scope.era == "modern" or not isinstance(scope.emitter, NullEmitter)
             out[META_CAPS] = {k: v for k, v in scope.client_capabilities.items()
@@ -538,6 +560,21 @@ class Dispatcher:
             return self.gw.clean_result(routed[0], "completion/complete", await self.gw.forward(
                 routed[0], "completion/complete", {**params, "ref": {**ref, "uri": routed[1]}}))
         raise ProtocolError(INVALID_PARAMS, "ref.type must be ref/prompt or ref/resource")
+
+
+def _span_target(method: str, params: Mapping[str, Any]) -> str | None:
+    name = params.get("name") if method in ("tools/call", "prompts/get") else None
+    return name[:200] if isinstance(name, str) else None
+
+
+def _span_attributes(scope: Scope, rid: RequestId | None) -> dict[str, str | int]:
+    attrs: dict[str, str | int] = {"mcp.protocol.version": scope.protocol_version,
+                                   "bastion.principal.id": scope.principal.id, "bastion.era": scope.era}
+    if rid is not None:
+        attrs["jsonrpc.request.id"] = str(rid)
+    if scope.session is not None:
+        attrs["mcp.session.id"] = scope.session.id
+    return attrs
 
 
 def _level_allows(floor: str | None, level: Any, era: Era) -> bool:

@@ -268,7 +268,8 @@ class McpEndpoint:
             return Response(status_code=202)
         scope = d.Scope(principal=principal, era="legacy", protocol_version=session.protocol_version,
                         client_capabilities=session.client_capabilities, client_info=session.client_info,
-                        emitter=NullEmitter(), session=session, live=live, log_level=session.log_level)
+                        emitter=NullEmitter(), session=session, live=live, log_level=session.log_level,
+                        traceparent=request.headers.get("traceparent"), tracestate=request.headers.get("tracestate"))
         return await self._respond(scope, msg, live, sse_ok)
 
     async def _client_notification(self, session: SessionData, live: LiveSession, msg: jsonrpc.Message) -> None:
@@ -400,7 +401,8 @@ class McpEndpoint:
         live = self.gw.live.get(session.id)
         scope = d.Scope(principal=principal, era="legacy", protocol_version=session.protocol_version,
                         client_capabilities=session.client_capabilities, client_info=session.client_info,
-                        emitter=NullEmitter(), session=session, live=live, log_level=session.log_level)
+                        emitter=NullEmitter(), session=session, live=live, log_level=session.log_level,
+                        traceparent=request.headers.get("traceparent"), tracestate=request.headers.get("tracestate"))
         answers: list[Any] = []
         for item in body:
             try:
@@ -453,7 +455,8 @@ class McpEndpoint:
             err = ProtocolError(INVALID_PARAMS, "Invalid log level", http_status=400)
             return json_response(jsonrpc.error(msg.id, err), 400)
         scope = d.Scope(principal=principal, era="modern", protocol_version=str(version), client_capabilities=caps,
-                        client_info=info, emitter=NullEmitter(), log_level=level if isinstance(level, str) else None)
+                        client_info=info, emitter=NullEmitter(), log_level=level if isinstance(level, str) else None,
+                        traceparent=request.headers.get("traceparent"), tracestate=request.headers.get("tracestate"))
         if msg.method == "subscriptions/listen":
             try:
                 return await self._listen(scope, msg, sse_ok)

@@ -27,7 +27,15 @@ from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
-from bastion.upstream.httpio import STREAM_TIMEOUT, HttpPeer, ResponseLike, http_errors, is_event_stream, sse_events
+from bastion.upstream.httpio import (
+    STREAM_TIMEOUT,
+    HttpPeer,
+    ResponseLike,
+    http_errors,
+    is_event_stream,
+    sse_events,
+    trace_headers,
+)
 from bastion.upstream.session import CLEANUP_TIMEOUT, Pending, RpcSession, StrayHandler
 from bastion.upstream.supervisor import Backoff, StateListener
 
@@ -145,7 +153,7 @@ class HttpUpstream(HttpPeer):
     async def _exchange(self, pending: Pending) -> bool:
         """POST one request and read its answer into the session. True when the server forgot our session."""
         with http_errors(self.name, "POST"):
-            async with self._post(orjson.dumps(pending.message)) as response:
+            async with self._post(orjson.dumps(pending.message), trace_headers(pending.message)) as response:
                 status = response.status_code
                 if status == 404 and SESSION_HEADER in self._headers:
                     return True
@@ -162,10 +170,11 @@ class HttpUpstream(HttpPeer):
             raise UpstreamUnavailable(self.name, log_detail="response ended without an answer")
         return False
 
-    def _post(self, body: bytes) -> AbstractAsyncContextManager[ResponseLike]:
+    def _post(self, body: bytes, extra: Mapping[str, str] | None = None) -> AbstractAsyncContextManager[ResponseLike]:
+        headers = {**self._headers, **extra} if extra else self._headers
         if self._fast is not None and self._target is not None:
-            return self._fast.post(self._target, self._headers, body)
-        return self._client.stream("POST", self._url, content=body, headers=self._headers, timeout=STREAM_TIMEOUT)
+            return self._fast.post(self._target, headers, body)
+        return self._client.stream("POST", self._url, content=body, headers=headers, timeout=STREAM_TIMEOUT)
 
     async def _read_stream(self, response: ResponseLike, pending: Pending) -> None:
         async for event in sse_events(response):

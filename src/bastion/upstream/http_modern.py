@@ -24,7 +24,15 @@ from bastion.errors import HEADER_MISMATCH, UpstreamRpcError, UpstreamUnavailabl
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.headers import request_headers
-from bastion.upstream.httpio import STREAM_TIMEOUT, HttpPeer, ResponseLike, http_errors, is_event_stream, sse_events
+from bastion.upstream.httpio import (
+    STREAM_TIMEOUT,
+    HttpPeer,
+    ResponseLike,
+    http_errors,
+    is_event_stream,
+    sse_events,
+    trace_headers,
+)
 from bastion.upstream.modern import (
     MODERN_VERSION,
     Verdict,
@@ -140,7 +148,7 @@ class ModernHttpUpstream(HttpPeer):
         tool = params.get("name") if params is not None and method == "tools/call" else None
         mirrored = request_headers(method, params, MODERN_VERSION,
                                    self._calls.tool_headers(tool) if isinstance(tool, str) else None)
-        return {**self._base_headers, **mirrored}
+        return {**self._base_headers, **mirrored, **trace_headers(message)}
 
     async def _probe(self, pending: Pending) -> tuple[int, Any]:
         with http_errors(self.name, "POST"):

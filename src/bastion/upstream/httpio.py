@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 import orjson
 
+from bastion.audit.trace import parse_traceparent
 from bastion.errors import UpstreamUnavailable
 from bastion.sse import SseDecoder, SseEvent
 from bastion.upstream.base import UpstreamInfo
 from bastion.upstream.h1pool import H1Pool, Target
 
-__all__ = ["STREAM_TIMEOUT", "ResponseLike", "http_errors", "is_event_stream", "same_origin", "sse_events"]
+__all__ = ["STREAM_TIMEOUT", "ResponseLike", "http_errors", "is_event_stream", "same_origin", "sse_events",
+           "trace_headers"]
 
 # Our own asyncio deadline governs each request; httpx's read timeout would cut long SSE streams that are merely
 # quiet (a slow tool between progress events), so only connecting and writing are bounded here.
 STREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=10.0)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# W3C Trace Context caps tracestate at 32 members of at most 256 characters; a field value is visible ASCII.
+_MAX_TRACESTATE = 8192
+_FIELD_VALUE = re.compile(r"^[\x20-\x7e]*$")
 
 
 class ResponseLike(Protocol):
@@ -69,6 +75,28 @@ def same_origin(a: str, b: str) -> bool:
     except ValueError:
         # urlsplit rejects some malformed ports and hosts; such a URL is never our origin.
         return False
+
+
+def trace_headers(message: Mapping[str, Any]) -> dict[str, str]:
+    """The W3C ``traceparent``/``tracestate`` headers mirroring a request's ``params._meta`` trace context.
+
+    ``_meta`` is the MCP way to carry trace context (it reaches stdio servers too); HTTP servers and proxies that
+    trace at the HTTP layer read the headers. Only a well-formed ``traceparent`` is mirrored (a client's value
+    passes through when bastion does not trace), and ``tracestate`` only with it, never with a CR or LF.
+    """
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return {}
+    parent = meta.get("traceparent")
+    # A later version's traceparent may carry more fields: still only visible ASCII goes on the wire.
+    if not isinstance(parent, str) or parse_traceparent(parent) is None or not _FIELD_VALUE.match(parent):
+        return {}
+    out = {"traceparent": parent.strip()}
+    state = meta.get("tracestate")
+    if isinstance(state, str) and state and len(state) <= _MAX_TRACESTATE and _FIELD_VALUE.match(state):
+        out["tracestate"] = state.strip()
+    return out
 
 
 def is_event_stream(response: ResponseLike) -> bool:
