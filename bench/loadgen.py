@@ -473,6 +473,7 @@ class Scenario:
     label: str
     config: Path | None  # None: call the upstream directly
     needs_redis: bool = False
+    needs_otlp: bool = False
 
 
 SCENARIO_ORDER = ("direct", "plain", "memory", "redis")
@@ -485,11 +486,14 @@ def load_scenarios() -> dict[str, Scenario]:
         text = path.read_text()
         label = next((line.split(":", 1)[1].strip() for line in text.splitlines()
                       if line.startswith(LABEL_COMMENT)), path.stem)
-        found[path.stem] = Scenario(path.stem, label, path, needs_redis="redis" in yaml.safe_load(text))
+        doc = yaml.safe_load(text)
+        found[path.stem] = Scenario(path.stem, label, path, needs_redis="redis" in doc,
+                                    needs_otlp="tracing" in doc)
     return found
 
 
-def gateway_config(scenario: Scenario, *, port: int, upstream_url: str, redis_url: str | None) -> dict[str, Any]:
+def gateway_config(scenario: Scenario, *, port: int, upstream_url: str, redis_url: str | None,
+                   otlp_url: str | None = None) -> dict[str, Any]:
     """The scenario's YAML with the run's addresses filled in (ports are chosen per run)."""
     assert scenario.config is not None
     doc: dict[str, Any] = yaml.safe_load(scenario.config.read_text())
@@ -500,6 +504,10 @@ def gateway_config(scenario: Scenario, *, port: int, upstream_url: str, redis_ur
         if redis_url is None:
             raise BenchError(f"scenario {scenario.name} needs Redis")
         doc["redis"] = {**doc["redis"], "url": redis_url}
+    if "tracing" in doc:
+        if otlp_url is None:
+            raise BenchError(f"scenario {scenario.name} needs an OTLP receiver")
+        doc["tracing"] = {**doc["tracing"], "otlp_endpoint": otlp_url}
     if "policies" in doc:
         doc["policies"] = str((scenario.config.parent / doc["policies"]).resolve())
     return doc
@@ -555,6 +563,15 @@ def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, p
                  "--dir", str(work)], port=redis_port))
             redis_url = f"redis://127.0.0.1:{redis_port}/0"
             extra_pids["redis"] = redis.pid
+        otlp_url = None
+        if any(s.needs_otlp for s in chosen):
+            # A real OTLP/HTTP receiver (decodes every export with opentelemetry-proto): the exporter's cost is
+            # measured against a peer that answers like a collector, not against a refused connection.
+            otlp_port = free_port()
+            stack.enter_context(running(
+                [sys.executable, "-m", "tests.support.otlp_receiver", "--port", str(otlp_port), "--out",
+                 str(work / "spans.jsonl")], port=otlp_port))
+            otlp_url = f"http://127.0.0.1:{otlp_port}"
         for scenario in [s for _ in range(rounds) for s in chosen]:
             if scenario.config is None:
                 target = Target(url=upstream_url, tool="echo", label=scenario.label,
@@ -564,16 +581,18 @@ def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, p
                 print(describe(results[-1]), file=sys.stderr, flush=True)
                 continue
             pids = {"upstream": upstream.pid, **(extra_pids if scenario.needs_redis else {})}
-            results.append(run_gateway_scenario(scenario, spec, work, pids, upstream_url, redis_url, profile, top))
+            results.append(run_gateway_scenario(scenario, spec, work, pids, upstream_url, redis_url, profile, top,
+                                                otlp_url))
     return merge(results)
 
 
 def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, pids: Mapping[str, int],
-                         upstream_url: str, redis_url: str | None, profile: Path | None, top: int) -> Result:
+                         upstream_url: str, redis_url: str | None, profile: Path | None, top: int,
+                         otlp_url: str | None = None) -> Result:
     port = free_port()
     config = work / f"{scenario.name}.yaml"
     config.write_text(yaml.safe_dump(gateway_config(scenario, port=port, upstream_url=upstream_url,
-                                                     redis_url=redis_url), sort_keys=False))
+                                                     redis_url=redis_url, otlp_url=otlp_url), sort_keys=False))
     command = [sys.executable]
     prof_path = None
     if profile is not None:

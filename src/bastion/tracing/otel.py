@@ -33,6 +33,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from bastion import __version__
+from bastion.tracing import _NULL, _Same
 from bastion.tracing.config import TracingConfig
 
 if TYPE_CHECKING:
@@ -114,6 +115,10 @@ class OtelTracing:
     # -- children -------------------------------------------------------------------------------------------
 
     def stage(self, name: str) -> AbstractContextManager[None]:
+        # An unsampled request's children would be unsampled too (the sampler is parent-based): skip making them.
+        # This is what keeps a 1% sample ratio close to tracing off.
+        if not trace.get_current_span().is_recording():
+            return _NULL
         return self._stage(name)
 
     @contextmanager
@@ -132,7 +137,18 @@ class OtelTracing:
 
     def forward(self, upstream: str, method: str,
                 params: dict[str, Any]) -> AbstractContextManager[dict[str, Any]]:
+        if not trace.get_current_span().is_recording():
+            # Unsampled: no client span, but the upstream still joins the trace (with the sampled flag off).
+            return _Same(self._with_context(params))
         return self._forward(upstream, method, params)
+
+    def _with_context(self, params: dict[str, Any]) -> dict[str, Any]:
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier)
+        if not carrier:
+            return params
+        meta = params.get("_meta")
+        return {**params, "_meta": {**(meta if isinstance(meta, Mapping) else {}), **carrier}}
 
     @contextmanager
     def _forward(self, upstream: str, method: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -146,12 +162,8 @@ class OtelTracing:
         name = f"{method} {target}" if isinstance(target, str) else method
         with self._tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attrs, record_exception=False,
                                                 set_status_on_exception=False) as span:
-            carrier: dict[str, str] = {}
-            self._propagator.inject(carrier)
-            meta = params.get("_meta")
-            out = {**params, "_meta": {**(meta if isinstance(meta, Mapping) else {}), **carrier}}
             try:
-                yield out
+                yield self._with_context(params)
             except BaseException as exc:
                 _error_attributes(span, exc)
                 raise
