@@ -54,7 +54,10 @@ class Receiver:
         deadline = time.monotonic() + timeout
         while True:
             found = [s for s in self.spans() if s["trace_id"] == trace_id]
-            if len(found) >= at_least or time.monotonic() > deadline:
+            # The request span ends last, so once it is in, every span of the request is (the batch processor
+            # exports in the order spans end).
+            done = any(s["kind"] == "SPAN_KIND_SERVER" for s in found) and len(found) >= at_least
+            if done or time.monotonic() > deadline:
                 return found
             time.sleep(0.05)
 
@@ -218,4 +221,27 @@ def test_protocol_error_and_other_methods_are_spanned(traced: GatewayProcess, re
     assert listed["status"] == "STATUS_CODE_UNSET"
     record = next(r for r in traced.wait_records("tools.list", 1) if r.get("request_id") == 10)
     assert record["trace"]["span_id"] == listed["span_id"]
+    client.close()
+
+
+def test_unsampled_client_trace_makes_no_spans_but_still_propagates(traced: GatewayProcess,
+                                                                     receiver: Receiver) -> None:
+    """Parent-based sampling: a client's sampled=0 is honoured (no spans, not even children), and the upstream and
+    the audit record still join the client's trace."""
+    client = RpcClient(traced.url)
+    client.initialize()
+    trace_id = "33333333333333333333333333333333"
+    answer = _call(client, "web__whoami", {}, meta={"traceparent": _traceparent(trace_id, CLIENT_SPAN, "00")})
+    received = answer["result"]["structuredContent"]["traceparent"]
+    assert received.startswith(f"00-{trace_id}-") and received.endswith("-00")
+    assert received.split("-")[2] != CLIENT_SPAN  # bastion's own (unrecorded) span id, not the client's
+    record = next(r for r in traced.wait_records("tool.call", 1)
+                  if r["trace"] is not None and r["trace"]["trace_id"] == trace_id)
+    assert record["trace"]["sampled"] is False
+    assert record["trace"]["span_id"] == received.split("-")[2]
+    # A later sampled call's spans have been exported by now; none of this trace's are among them.
+    marker = "44444444444444444444444444444444"
+    _call(client, "web__whoami", {}, meta={"traceparent": _traceparent(marker, CLIENT_SPAN)})
+    assert receiver.trace(marker, at_least=7)
+    assert not [s for s in receiver.spans() if s["trace_id"] == trace_id]
     client.close()
