@@ -140,16 +140,24 @@ class Pipeline:
         result: dict[str, Any] | None = None
         failure: RequestError | None = None
         tracing = self.tracing
+        # Tested once per stage rather than entering a no-op context manager: off, tracing costs a branch.
+        traced = tracing.enabled
         try:
             async with AsyncExitStack() as cleanup:
                 for guard in self.request_guards:
                     record.stage = guard.name
-                    with tracing.stage(guard.name):
+                    if traced:
+                        with tracing.stage(guard.name):
+                            await guard.check(ctx, record, cleanup)
+                    else:
                         await guard.check(ctx, record, cleanup)
                 record.stage = "forward"
                 sent = time.perf_counter()
                 try:
-                    with tracing.stage("forward"):
+                    if traced:
+                        with tracing.stage("forward"):
+                            result = await forward(ctx, record)
+                    else:
                         result = await forward(ctx, record)
                 finally:
                     record.upstream_ms = (time.perf_counter() - sent) * 1000
@@ -158,7 +166,10 @@ class Pipeline:
                 if result.get("resultType") != "input_required":
                     for rguard in self.response_guards:
                         record.stage = rguard.name
-                        with tracing.stage(rguard.name):
+                        if traced:
+                            with tracing.stage(rguard.name):
+                                result = await rguard.apply(ctx, result, record)
+                        else:
                             result = await rguard.apply(ctx, result, record)
                 record.stage = "complete"
         except ToolError as exc:
@@ -177,7 +188,8 @@ class Pipeline:
         except asyncio.CancelledError:
             outcome, record.decision = "client_disconnected", "error"
             record.reason = record.reason or "call cancelled by the client"
-            tracing.call_outcome(ctx, record, outcome)
+            if traced:
+                tracing.call_outcome(ctx, record, outcome)
             await self._audit(ctx, record, outcome, None, started)
             raise
         except Exception as exc:
@@ -191,7 +203,8 @@ class Pipeline:
             failure = ProtocolError(INTERNAL_ERROR, "Internal error", log_detail=record.audit_error)
         if outcome == "allowed" and result is not None and result.get("isError") is True:
             record.extra["upstream_is_error"] = True
-        tracing.call_outcome(ctx, record, outcome)
+        if traced:
+            tracing.call_outcome(ctx, record, outcome)
         # Audit before answering: with audit.required the hook raises and the caller gets an error instead of
         # a result that was never recorded.
         await self._audit(ctx, record, outcome, result if failure is None else None, started, failure)
