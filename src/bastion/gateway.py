@@ -145,16 +145,18 @@ class Gateway:
 
     async def audit_unknown_tool(self, principal: Principal, name: str, arguments: dict[str, Any], *,
                                  era: Era, session_id: str | None, client_info: Mapping[str, Any] | None,
-                                 request_id: str | int | None = None) -> None:
+                                 request_id: str | int | None = None, traceparent: str | None = None) -> None:
         """An unknown tool is a call too: it gets its audit record like every other."""
         await self.audit_refused_call(principal, name, arguments, era=era, session_id=session_id,
                                       client_info=client_info, request_id=request_id, stage="resolve",
-                                      outcome="denied", reason="unknown tool", error=UnknownTool(name[:200]))
+                                      outcome="denied", reason="unknown tool", error=UnknownTool(name[:200]),
+                                      traceparent=traceparent)
 
     async def audit_refused_call(self, principal: Principal, tool: ToolEntry | str, arguments: Any, *, era: Era,
                                  session_id: str | None, client_info: Mapping[str, Any] | None,
                                  request_id: str | int | None, stage: str, outcome: Outcome, reason: str,
-                                 error: BaseException | None = None, audit_error: str | None = None) -> None:
+                                 error: BaseException | None = None, audit_error: str | None = None,
+                                 traceparent: str | None = None) -> None:
         """The record of a tools/call refused before its pipeline ran (unknown tool, malformed params, a
         request the parser refused): exactly one per call, like every other. ``tool`` is the entry when the name
         resolved, else the name as sent."""
@@ -165,7 +167,7 @@ class Gateway:
         ctx = CallContext(request_id=secrets.token_hex(8), principal=principal, tool=entry,
                           arguments=arguments if isinstance(arguments, dict) else {}, era=era,
                           session_id=session_id, client_info=dict(client_info) if client_info else None,
-                          client_id=request_id)
+                          client_id=request_id, traceparent=traceparent)
         record = CallRecord(stage=stage, decision="deny", reason=reason, audit_error=audit_error)
         if arguments is not None and not isinstance(arguments, dict):
             record.audit_error = f"arguments were a JSON {type(arguments).__name__}, not an object: digest of {{}}"

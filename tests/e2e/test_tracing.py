@@ -245,3 +245,17 @@ def test_unsampled_client_trace_makes_no_spans_but_still_propagates(traced: Gate
     assert receiver.trace(marker, at_least=7)
     assert not [s for s in receiver.spans() if s["trace_id"] == trace_id]
     client.close()
+
+
+def test_calls_refused_before_the_pipeline_carry_the_trace_too(traced: GatewayProcess, receiver: Receiver) -> None:
+    client = RpcClient(traced.url)
+    client.initialize()
+    trace_id = "55555555555555555555555555555555"
+    answer = _call(client, "no_such_tool", {}, headers={"traceparent": _traceparent(trace_id, CLIENT_SPAN)})
+    assert "error" in answer
+    spans = receiver.trace(trace_id, at_least=1)
+    server = _by_name(spans, "tools/call no_such_tool")
+    assert server["attributes"]["rpc.response.status_code"] == str(answer["error"]["code"])
+    record = next(r for r in traced.wait_records("tool.call", 1) if r["tool"]["name"] == "no_such_tool")
+    assert record["trace"] == {"trace_id": trace_id, "span_id": server["span_id"], "sampled": True}
+    client.close()

@@ -209,7 +209,8 @@ class Dispatcher:
             await self.gw.audit_refused_call(scope.principal, name if isinstance(name, str) else "", arguments,
                                              era=scope.era, session_id=session_id, client_info=scope.client_info,
                                              request_id=rid, stage="parse", outcome="invalid_input",
-                                             reason=problem, error=refusal)
+                                             reason=problem, error=refusal,
+                                             traceparent=self._traceparent(scope, jsonrpc.obj(params.get("_meta"))))
             raise refusal
         assert isinstance(name, str)
         assert isinstance(arguments, dict)
@@ -219,7 +220,7 @@ class Dispatcher:
         if entry is None:
             await self.gw.audit_unknown_tool(scope.principal, name, arguments, era=scope.era,
                                              session_id=session_id, client_info=scope.client_info,
-                                             request_id=rid)
+                                             request_id=rid, traceparent=self._traceparent(scope, meta))
             raise UnknownTool(name)
         ctx = CallContext(
             request_id=secrets.token_hex(8), principal=scope.principal, tool=entry, arguments=arguments,
@@ -236,7 +237,7 @@ class Dispatcher:
             await self.gw.audit_refused_call(scope.principal, entry, arguments, era=scope.era,
                                              session_id=session_id, client_info=scope.client_info,
                                              request_id=rid, stage="resolve", outcome="denied",
-                                             reason=exc.message, error=exc)
+                                             reason=exc.message, error=exc, traceparent=ctx.traceparent)
             raise
 
         async def forward(ctx: CallContext, record: CallRecord) -> dict[str, Any]:
