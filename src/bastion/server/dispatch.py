@@ -31,7 +31,7 @@ from bastion.errors import (
 )
 from bastion.gateway import Gateway
 from bastion.jsonrpc import Message, RequestId
-from bastion.pipeline import CallContext, CallRecord, Era
+from bastion.pipeline import AskClient, CallContext, CallRecord, Era
 from bastion.principal import Principal
 from bastion.server.emitter import Emitter, NullEmitter
 from bastion.server.eras import INPUT_CAPABILITY, is_input_required, undeclared_inputs
@@ -210,7 +210,7 @@ class Dispatcher:
             era=scope.era, session_id=session_id,
             client_info=dict(scope.client_info) if scope.client_info else None,
             traceparent=meta.get("traceparent") if isinstance(meta.get("traceparent"), str) else None,
-            client_id=rid,
+            client_id=rid, ask_client=self._asker(scope),
         )
         progress_token = meta.get("progressToken")
         try:
@@ -233,6 +233,19 @@ class Dispatcher:
             return self._input_required(scope, "tools/call", name, params, entry.upstream, result)
         # After the guards: they judge (and the sanitizer vets) the URIs exactly as the upstream sent them.
         return map_result_uris(result, self.gw.upstream_of(entry.upstream).prefix)
+
+    def _asker(self, scope: Scope) -> AskClient | None:
+        """How a guard asks this caller something mid-call: a session-based client that declared elicitation,
+        on a request whose response stream can carry the question; otherwise None."""
+        if scope.era != "legacy" or "elicitation" not in scope.client_capabilities or \
+                isinstance(scope.emitter, NullEmitter):
+            return None
+        emitter = scope.emitter
+
+        async def ask(method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+            return await emitter.ask(method, params, timeout=timeout)
+
+        return ask
 
     # -- multi round-trip requests (2026-07-28 input_required) ----------------------------------------------
 
