@@ -8,6 +8,8 @@ audit record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,22 +217,28 @@ def test_cancelling_the_call_withdraws_the_approval(replicas: list[GatewayProces
 
     rpc = RpcClient(a.url, {"Authorization": f"Bearer {ALICE_KEY}"})
     rpc.initialize()
-    with httpx.Client(timeout=10) as raw, admin(a) as root:
-        headers = {**rpc.headers, "Mcp-Session-Id": rpc.session_id or "", "MCP-Protocol-Version": rpc.version}
-        body = {"jsonrpc": "2.0", "id": 77, "method": "tools/call",
-                "params": {"name": "basic__add", "arguments": {"a": 1, "b": 1}}}
-        with raw.stream("POST", a.url, json=body, headers=headers):
-            for _ in range(200):
-                if mine(root):
-                    break
-                time.sleep(0.05)
-            assert mine(root)
-            rpc.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 77}})
+    body = {"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+            "params": {"name": "basic__add", "arguments": {"a": 1, "b": 1}}}
+    # The held call's request blocks until it ends, so it runs on its own thread while the test cancels it.
+    def post_held() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            rpc.post(body)
+
+    held = threading.Thread(target=post_held)
+    held.start()
+    with admin(a) as root:
+        for _ in range(200):
+            if mine(root):
+                break
+            time.sleep(0.05)
+        assert mine(root)
+        rpc.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 77}})
         for _ in range(200):
             if not mine(root):
                 break
             time.sleep(0.05)
         assert not mine(root)
+    held.join(20)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         record = [r for r in a.records("tool.call") if r["tool"]["name"] == "basic__add"
