@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -251,3 +255,33 @@ def test_cancelling_the_call_withdraws_the_approval(replicas: list[GatewayProces
 
 def mine(root: httpx.Client) -> bool:
     return any(p["arguments"] == {"a": "1", "b": "1"} for p in root.get("/admin/approvals").json()["approvals"])
+
+
+async def test_the_cli_lists_and_denies_on_another_replica(replicas: list[GatewayProcess]) -> None:
+    a, b = replicas
+    env = {**os.environ, "BASTION_URL": b.base, "BASTION_TOKEN": ADMIN_KEY}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "bastion", "approvals", *argv], env=env, capture_output=True,
+                              text=True, timeout=30, check=False)
+
+    async with alice_http() as http, sdk(a, http) as client:
+        call = asyncio.create_task(client.call_tool("basic__add", {"a": 5, "b": 5}))
+        found: list[dict[str, Any]] = []
+        for _ in range(100):
+            listed = await asyncio.to_thread(cli, "list", "--json")
+            assert listed.returncode == 0, listed.stderr
+            found = [p for p in json.loads(listed.stdout)["approvals"] if p["arguments"] == {"a": "5", "b": "5"}]
+            if found:
+                break
+            await asyncio.sleep(0.1)
+        assert found
+        shown = await asyncio.to_thread(cli, "show", found[0]["id"])
+        assert shown.returncode == 0 and "add-needs-admin" in shown.stdout
+        denied = await asyncio.to_thread(cli, "deny", found[0]["id"])
+        assert denied.returncode == 0 and "declined by root" in denied.stdout
+        assert (await asyncio.to_thread(cli, "deny", found[0]["id"])).returncode == 1  # no longer pending
+        result = await asyncio.wait_for(call, 20)
+    assert result.is_error is True and "declined by an administrator" in result.content[0].text
+    record = [r for r in a.records("tool.call") if r.get("approval", {}).get("id") == found[0]["id"]]
+    assert record and record[0]["approval"]["channel"] == "cli" and record[0]["approval"]["outcome"] == "declined"
