@@ -27,6 +27,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from bastion.auth.apikeys import hash_key
+from tests.audit.helpers import assert_valid
 from tests.e2e.conftest import stdio_upstream
 from tests.support.gateway import GatewayProcess
 from tests.support.redis_server import RedisServer
@@ -285,3 +286,11 @@ async def test_the_cli_lists_and_denies_on_another_replica(replicas: list[Gatewa
     assert result.is_error is True and "declined by an administrator" in result.content[0].text
     record = [r for r in a.records("tool.call") if r.get("approval", {}).get("id") == found[0]["id"]]
     assert record and record[0]["approval"]["channel"] == "cli" and record[0]["approval"]["outcome"] == "declined"
+
+
+def test_every_record_written_matches_the_audit_schema(replicas: list[GatewayProcess]) -> None:
+    records = [r for gw in replicas for r in gw.records() if r.get("kind") == "audit"]
+    assert any("approval" in r for r in records if r["event"] == "tool.call")
+    assert any(r["event"] == "approval.decided" for r in records)
+    for record in records:
+        assert_valid(record)

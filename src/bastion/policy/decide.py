@@ -241,8 +241,8 @@ def _arguments_match(rule: Rule, arguments: Mapping[str, Any] | None) -> bool | 
     if not rule.arguments:
         return True
     if arguments is None:
-        # Listing: an allow rule could be satisfied by some call; a deny rule could be avoided by some call.
-        return rule.effect == "allow"
+        # Listing: an allow (or approve) rule could be satisfied by some call; a deny rule avoided by some call.
+        return rule.effect != "deny"
     return all3(c.evaluate(arguments) for c in rule.arguments)
 
 
