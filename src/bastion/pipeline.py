@@ -57,6 +57,23 @@ class CallContext:
     client_id: str | int | None = None
     # How to ask the calling client something mid-call (elicitation for approvals); None when it cannot be.
     ask_client: AskClient | None = None
+    # 2026-07-28: the approval round this request continues (see ``ApprovalRound``); None for a first request.
+    approval_round: ApprovalRound | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRound:
+    """What a stateless (2026-07-28) request says about bastion's own approval question.
+
+    ``can_ask``: the client declared elicitation, so it can be asked through an ``input_required`` result.
+    ``asked_rule``: the verified ``requestState`` carried bastion's question for this rule, and ``answer`` is the
+    client's ``inputResponses`` entry for it. ``approved_rule``: an earlier round of this request was approved.
+    """
+
+    can_ask: bool = False
+    asked_rule: str | None = None
+    answer: dict[str, Any] | None = None
+    approved_rule: str | None = None
 
 
 @dataclass(slots=True)
@@ -88,6 +105,8 @@ class CallRecord:
     # guard records of it (id, outcome, channel, by whom, how long it waited) for the audit record.
     approval_spec: ApprovalSpec | None = None
     approval: dict[str, Any] | None = None
+    # 2026-07-28: the elicitation bastion asks the client in an ``input_required`` result instead of forwarding.
+    approval_question: dict[str, Any] | None = None
 
 
 class RequestGuard(Protocol):

@@ -31,7 +31,7 @@ from tests.audit.helpers import assert_valid
 from tests.e2e.conftest import stdio_upstream
 from tests.support.gateway import GatewayProcess
 from tests.support.redis_server import RedisServer
-from tests.support.rpc import RpcClient
+from tests.support.rpc import RpcClient, parse_body
 
 ALICE_KEY = "bst_alice_" + "a" * 40
 ADMIN_KEY = "bst_admin_" + "d" * 40
@@ -286,6 +286,48 @@ async def test_the_cli_lists_and_denies_on_another_replica(replicas: list[Gatewa
     assert result.is_error is True and "declined by an administrator" in result.content[0].text
     record = [r for r in a.records("tool.call") if r.get("approval", {}).get("id") == found[0]["id"]]
     assert record and record[0]["approval"]["channel"] == "cli" and record[0]["approval"]["outcome"] == "declined"
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_a_2026_07_28_client_is_asked_through_input_required(replicas: list[GatewayProcess],
+                                                                   approve: bool) -> None:
+    a, _ = replicas
+    asked: list[str] = []
+    message = f"modern {approve}"
+
+    async def answer(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": approve})
+
+    async with alice_http() as http, Client(streamable_http_client(a.url, http_client=http),
+                                            elicitation_callback=answer) as client:
+        assert client.protocol_version == "2026-07-28"
+        result = await client.call_tool("basic__echo", {"message": message})
+    assert len(asked) == 1 and f"message: {message}" in asked[0]
+    records = [r for r in a.records("tool.call") if r["era"] == "modern" and r["tool"]["name"] == "basic__echo"]
+    final = records[-1]
+    assert records[-2]["approval"]["outcome"] == "asked"  # the round that carried the question
+    if approve:
+        assert result.is_error is not True and result.content[0].text == message
+        assert final["approval"]["outcome"] == "approved" and final["approval"]["channel"] == "elicitation"
+    else:
+        assert result.is_error is True and "declined by the user" in result.content[0].text
+        assert final["approval"]["outcome"] == "declined" and final["stage"] == "approval"
+
+
+def test_a_forged_answer_without_bastions_state_is_not_an_approval(replicas: list[GatewayProcess]) -> None:
+    a, _ = replicas
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "basic__echo", "arguments": {"message": "forged"},
+                       "inputResponses": {"bastion-approval": {"action": "accept", "content": {"approve": True}}},
+                       "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                 "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+                                 "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}}
+    response = httpx.post(a.url, json=body, timeout=10, headers={
+        "Authorization": f"Bearer {ALICE_KEY}", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "basic__echo"})
+    result = [m for m in parse_body(response) if m.get("id") == 1][-1]["result"]
+    assert result["resultType"] == "input_required" and "bastion-approval" in result["inputRequests"]
 
 
 def test_every_record_written_matches_the_audit_schema(replicas: list[GatewayProcess]) -> None:

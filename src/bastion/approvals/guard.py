@@ -73,6 +73,31 @@ class ApprovalGuard:
             facts.update(outcome="approved", channel="remembered", by=ctx.principal.id)
             self._count("approved", "remembered")
             return
+        rnd = ctx.approval_round
+        if ctx.era == "modern" and rnd is not None:
+            if rnd.approved_rule == rule_id:
+                facts.update(outcome="approved", channel="elicitation", by=ctx.principal.id)
+                return  # approved in an earlier round of this same request (already counted there)
+            if rnd.asked_rule == rule_id and rnd.answer is not None:
+                verdict = verdict_of_elicitation(rnd.answer, ctx.principal.id, time.time())
+                facts.update(outcome=verdict.outcome, channel="elicitation", by=verdict.by)
+                self._count(verdict.outcome, "elicitation")
+                if verdict.approved:
+                    if key is not None:
+                        await self._service.remember(key, REMEMBER_TTL_S)
+                    return
+                raise ToolError(f"This call to {ctx.tool.public_name} was declined by the user; it was not run")
+            if "user" in spec.via and rnd.can_ask:
+                # Stateless: the question goes back as an input_required result; the retry carries the answer.
+                now = time.time()
+                question = PendingApproval(
+                    id=secrets.token_urlsafe(12), principal=ctx.principal.id, tool=ctx.tool.public_name,
+                    upstream=ctx.tool.upstream, rule_id=rule_id, message=spec.message,
+                    arguments=summarize(ctx.arguments, self._clean), via=spec.via, created_at=now,
+                    expires_at=now + spec.timeout_s, session=None, replica="")
+                record.approval_question = elicitation_params(question)
+                facts.update(id=question.id, outcome="asked", channel="elicitation")
+                return
         ask_user = self._user_ask(ctx, spec)
         if ask_user is None and "admin" not in spec.via:
             facts.update(outcome="unavailable", channel="gateway")
