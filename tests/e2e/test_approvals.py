@@ -336,3 +336,6 @@ def test_every_record_written_matches_the_audit_schema(replicas: list[GatewayPro
     assert any(r["event"] == "approval.decided" for r in records)
     for record in records:
         assert_valid(record)
+    metrics = httpx.get(replicas[0].base + "/metrics", timeout=10).text
+    assert 'bastion_approvals_total{channel="elicitation",outcome="approved"}' in metrics
+    assert 'bastion_approvals_total{channel="gateway",outcome="timed_out"} 1.0' in metrics
