@@ -9,6 +9,7 @@ carries the ``approval`` facts; a client that cancels withdraws the approval.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import secrets
@@ -16,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from bastion.approvals.model import PendingApproval, Verdict, summarize
 from bastion.approvals.service import ApprovalService, ApprovalsFull, UserAsk
@@ -41,7 +44,8 @@ def elicitation_params(pending: PendingApproval) -> dict[str, Any]:
     if pending.arguments:
         lines.append("Arguments:")
         lines.extend(f"  {k}: {v}" for k, v in pending.arguments.items())
-    return {"mode": "form", "message": "\n".join(lines), "requestedSchema": APPROVAL_SCHEMA}
+    # No "mode": form is the default when it is absent (2025-11-25), and older revisions do not know the field.
+    return {"message": "\n".join(lines), "requestedSchema": APPROVAL_SCHEMA}
 
 
 def verdict_of_elicitation(answer: Mapping[str, Any], by: str, at: float) -> Verdict:
@@ -120,9 +124,13 @@ class ApprovalGuard:
             self._count("refused", "gateway")
             raise ToolError(f"This call to {ctx.tool.public_name} needs approval, but {exc}; try again later") \
                 from None
-        except BastionError:
-            raise
-        except BaseException:
+        except (RedisError, OSError) as exc:
+            # The shared store is unreachable: nobody could see or decide the approval, so the call fails closed.
+            facts.update(outcome="unavailable", channel="gateway")
+            self._count("unavailable", "gateway")
+            raise ToolError(f"This call to {ctx.tool.public_name} needs approval, but approvals are unavailable "
+                            "right now; it was not run", log_detail=f"approval store: {type(exc).__name__}") from None
+        except asyncio.CancelledError:
             facts["waited_ms"] = round((time.monotonic() - started) * 1000, 3)
             self._count("withdrawn", "gateway")
             raise
