@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -92,9 +93,21 @@ def approval_routes(service: ApprovalService, config: ApprovalsConfig, authentic
         return JSONResponse({"id": approval_id, **verdict.to_json()})
 
     base = config.path
-    return [Route(base, list_pending, methods=["GET"]),
-            Route(base + "/{id}", show, methods=["GET"]),
-            Route(base + "/{id}/{action:str}", _only_actions(decide), methods=["POST"])]
+    return [Route(base, _store_errors(list_pending), methods=["GET"]),
+            Route(base + "/{id}", _store_errors(show), methods=["GET"]),
+            Route(base + "/{id}/{action:str}", _store_errors(_only_actions(decide)), methods=["POST"])]
+
+
+def _store_errors(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """An unreachable Redis is a 503 the CLI can report, not a bare 500."""
+    async def route(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except (RedisError, OSError):
+            return JSONResponse({"error": "the approvals store (Redis) is unavailable"}, status_code=503,
+                                headers={"Retry-After": "1"})
+
+    return route
 
 
 def _only_actions(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
