@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
@@ -20,7 +19,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from bastion.approvals.model import PendingApproval, Verdict, summarize
+from bastion.approvals.model import PendingApproval, Verdict, new_approval_id, summarize
 from bastion.approvals.service import ApprovalService, ApprovalsFull, UserAsk
 from bastion.errors import BastionError, ToolError
 from bastion.pipeline import AskClient, CallContext, CallRecord
@@ -95,7 +94,7 @@ class ApprovalGuard:
                 # Stateless: the question goes back as an input_required result; the retry carries the answer.
                 now = time.time()
                 question = PendingApproval(
-                    id=secrets.token_urlsafe(12), principal=ctx.principal.id, tool=ctx.tool.public_name,
+                    id=new_approval_id(), principal=ctx.principal.id, tool=ctx.tool.public_name,
                     upstream=ctx.tool.upstream, rule_id=rule_id, message=spec.message,
                     arguments=summarize(ctx.arguments, self._clean), via=spec.via, created_at=now,
                     expires_at=now + spec.timeout_s, session=None, replica="")
@@ -108,7 +107,7 @@ class ApprovalGuard:
             self._count("unavailable", "gateway")
             raise ToolError(f"This call to {ctx.tool.public_name} needs the calling user's approval, but this client "
                             "cannot be asked on this request (it did not declare elicitation support)")
-        approval_id = secrets.token_urlsafe(12)
+        approval_id = new_approval_id()
         facts["id"] = approval_id
         # Until a verdict says otherwise, a call that ends here was withdrawn (the client cancelled it).
         facts.update(outcome="withdrawn", channel="gateway")

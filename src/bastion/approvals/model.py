@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -11,6 +13,12 @@ VerdictOutcome = Literal["approved", "declined", "timed_out", "withdrawn"]
 # a remembered yes (``remember: session|call``), or bastion itself (timeout, withdrawal).
 Channel = Literal["elicitation", "admin_api", "cli", "console", "remembered", "gateway"]
 CHANNELS: tuple[str, ...] = ("elicitation", "admin_api", "cli", "console", "remembered", "gateway")
+
+
+def new_approval_id() -> str:
+    """96 random bits in hex: safe in URLs and on a command line (an id starting with '-' would read as an
+    option to ``bastion approvals show``)."""
+    return secrets.token_hex(12)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +89,6 @@ _MAX_ARGS = 20
 def summarize(arguments: Mapping[str, Any], clean: Any = None) -> dict[str, str]:
     """A short, printable summary of call arguments for a person: at most 20 keys, values cut to 120
     characters, control characters removed. ``clean`` (text -> text) is the sanitizer's scrubber, if any."""
-    import json
 
     out: dict[str, str] = {}
     for i, (key, value) in enumerate(arguments.items()):

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import structlog
 
 from bastion.approvals.config import ApprovalsConfig
-from bastion.approvals.model import Channel, PendingApproval, Verdict
+from bastion.approvals.model import Channel, PendingApproval, Verdict, new_approval_id
 from bastion.approvals.store import ApprovalStore, MemoryApprovalStore, RedisApprovalStore
 from bastion.errors import BastionError
 
@@ -91,7 +91,7 @@ class ApprovalService:
         """Open a pending approval and wait for the first verdict: the user's (through ``ask_user``), an
         admin's (``decide``), or the timeout. Cancelling the caller withdraws it. Raises ``ApprovalsFull``."""
         now = self._clock()
-        pending = PendingApproval(id=approval_id or secrets.token_urlsafe(12), principal=principal, tool=tool,
+        pending = PendingApproval(id=approval_id or new_approval_id(), principal=principal, tool=tool,
                                   upstream=upstream, rule_id=rule_id, message=message, arguments=arguments, via=via,
                                   created_at=now,
                                   expires_at=now + timeout_s, session=session, replica=self.replica)
