@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 
 from bastion.approvals.model import PendingApproval
+from bastion.redisconn import open_pubsub
 
 PREFIX = "bastion:{bastion-approvals}:"
 PENDING_KEY = PREFIX + "pending"
@@ -135,11 +136,12 @@ class RedisApprovalStore:
 
     async def listen(self) -> AsyncIterator[dict[str, Any]]:
         """Events from every replica (this one's included), until cancelled."""
-        pubsub = self._listen_client.pubsub(ignore_subscribe_messages=True)
+        # open_pubsub: on a Cluster client the slot map must be loaded before the first SUBSCRIBE.
+        pubsub = await open_pubsub(self._listen_client)
         await pubsub.subscribe(EVENTS_CHANNEL)
         try:
             while True:
-                message = await pubsub.get_message(timeout=1.0)
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if message is None or message.get("type") != "message":
                     continue
                 try:
