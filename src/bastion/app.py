@@ -26,6 +26,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bastion.admin import AdminConfig, AdminConsole, AdminSources, build_console
+from bastion.approvals import ApprovalsConfig, ApprovalService
+from bastion.approvals.guard import ApprovalGuard
+from bastion.approvals.http import approval_routes
+from bastion.approvals.store import ApprovalStore, MemoryApprovalStore, RedisApprovalStore
 from bastion.audit.config import AuditConfig, build_audit_log
 from bastion.audit.hook import CallAuditor
 from bastion.audit.log import AuditLog
@@ -56,7 +60,7 @@ from bastion.principal import Principal
 from bastion.quarantine import QuarantineGuard
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard
-from bastion.redisconn import RedisClients
+from bastion.redisconn import ADMIN, RedisClients, open_client
 from bastion.refresh_guard import RefreshGateGuard
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
@@ -96,6 +100,8 @@ class Components:
     http_protocol: type[FrontDoorProtocol] = FrontDoorProtocol
     # The admin console (``admin:``), on its own listener; None when not configured.
     admin: AdminConsole | None = None
+    # Pending human approvals (list/get/decide/subscribe), for the admin API and console.
+    approvals: ApprovalService | None = None
 
 
 def auth_failure_reason(detail: str | None) -> AuthFailureReason:
@@ -159,12 +165,19 @@ def _policy(settings: Settings, audit_soon: AuditSoon,
 def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, limits_cfg: RateLimitConfig,
             validation_cfg: ValidationConfig,
             sanitize_cfg: SanitizeConfig,
-            flow: FlowStore | None = None) -> tuple[list[RequestGuard], list[ResponseGuard]]:
+            flow: FlowStore | None = None,
+            approval: RequestGuard | None = None) -> tuple[list[RequestGuard], list[ResponseGuard]]:
     """The tools/call pipeline. Order matters, and each position has its reason:
 
     - quarantine first: a tool bastion refuses (hostile schema, unapproved definition change) is unknown to
       everyone, whatever the policy says; it costs a dict lookup.
     - policy next: unauthorised callers never touch Redis, the validators or the upstream.
+    - approval right after policy, before the rate limit: a call an ``effect: approve`` rule holds waits for a
+      person here, holding no concurrency slot and spending no rate budget. A person may take minutes; a slot
+      held that long would starve the caller's other calls (and, for a per-tool limit, everyone's), and a call
+      that is declined or times out did no work that should count. What bounds the waiting calls instead is the
+      approvals caps (``approvals.max_pending``, ``max_pending_per_principal``). An approved call then passes
+      the rate limit like any other, so approval never bypasses a limit.
     - rate limit after policy: only authorised attempts count, and it counts every one of them, so argument
       probing against the schema is limited too.
     - input schema after those: invalid arguments never reach the upstream.
@@ -180,6 +193,8 @@ def _guards(gateway: Gateway, holder: PolicyHolder | None, limiter: Limiter, lim
     request_guards: list[RequestGuard] = [QuarantineGuard(lambda: gateway.view.quarantined)]
     if holder is not None:
         request_guards.append(PolicyGuard(holder, flow))
+        if approval is not None:
+            request_guards.append(approval)
     request_guards += [RateLimitGuard(limiter, limits_cfg), InputSchemaGuard(lookup),
                        RefreshGateGuard(lambda: gateway.pool.gate if gateway.pool is not None else None,
                                         lambda: gateway.view, gateway.settings.catalogue.gate_timeout_s)]
@@ -319,8 +334,13 @@ def create_app(settings: Settings) -> Starlette:
     sanitize_cfg: SanitizeConfig = settings.section("sanitize")
     # Flow contexts: in Redis when there is one, so every replica decides on the same history.
     flow_store: FlowStore = RedisFlowStore(redis_client) if redis_client is not None else MemoryFlowStore()
+    approvals_cfg: ApprovalsConfig = settings.section("approvals") or ApprovalsConfig()
+    approval_store: ApprovalStore = RedisApprovalStore(redis_client, open_client(settings.redis_url, ADMIN)) \
+        if redis_client is not None and settings.redis_url else MemoryApprovalStore()
+    approvals = ApprovalService(approvals_cfg, approval_store)
+    approval_guard = ApprovalGuard(approvals, on_outcome=metrics.approval_outcome)
     request_guards, response_guards = _guards(gateway, holder, limiter, limits_cfg, validation_cfg, sanitize_cfg,
-                                              flow_store)
+                                              flow_store, approval_guard)
     # Schemas compile from what the upstream sent; definitions are sanitized for clients after that.
     gateway.view_steps.extend([CompileSchemas(validation_cfg, metrics),
                                SanitizeDefinitions(sanitize_cfg, emit=audit_log.emit)])
@@ -394,7 +414,7 @@ def create_app(settings: Settings) -> Starlette:
                                per_minute=listen.refusal_audit_per_minute)
     endpoint = McpEndpoint(gateway, dispatcher, authenticate, on_session=on_session, on_refused=refusals.report)
     components = Components(settings=settings, gateway=gateway, pool=pool, http=http, redis=redis_client,
-                            metrics=metrics, closers=[audit_log])
+                            metrics=metrics, closers=[audit_log], approvals=approvals)
     components.http_protocol = front_door_protocol(FrontDoorOptions(
         max_header_bytes=listen.max_header_bytes, max_headers=listen.max_headers,
         max_target_bytes=listen.max_target_bytes, request_timeout_s=listen.request_timeout_s,
@@ -445,6 +465,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *approval_routes(approvals, approvals_cfg, authenticate, audit_log.emit),
     ]
     prm = protected_resource_metadata(auth_cfg)
     if prm is not None:
@@ -467,6 +488,7 @@ def create_app(settings: Settings) -> Starlette:
         sweeper.start()
         if admin is not None:
             await admin.start()
+        await approvals.start()
         log.info("bastion.ready", path=settings.listen.path, upstreams=pool.health(),
                  tools=len(gateway.view.catalogue.tools))
         try:
@@ -477,6 +499,7 @@ def create_app(settings: Settings) -> Starlette:
             for task in tasks:
                 task.cancel()
             # Before the audit sinks close: each session that dies with this process gets its session.end.
+            await approvals.aclose()
             await sweeper.close()
             await pool.close()
             await limiter.aclose()

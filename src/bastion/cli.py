@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also contact the pin store (and its Redis) the config points at")
     check.set_defaults(func=_check)
 
+    from bastion.approvals.cli import register as register_approvals
     from bastion.auth.cli import register as register_keys
     from bastion.pinning.cli import register as register_pins
     from bastion.policy.cli import register as register_policy
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     policy = sub.add_parser("policy", help="check, explain and test access policies")
     register_policy(policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND"))
     register_keys(sub)
+    register_approvals(sub)
     register_pins(sub, store_factory=_pin_store, on_decision=_audit_pin_decision)
     return parser
 

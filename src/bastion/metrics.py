@@ -91,6 +91,9 @@ class Metrics:
                                            ["sink"], registry=r)
         self.policy_denials = Counter("bastion_policy_denials", "Calls denied by the access policy, by rule.",
                                       ["rule"], registry=r)
+        self.approvals = Counter("bastion_approvals", "Calls held for human approval, by how the approval ended "
+                                 "(approved, declined, timed_out, withdrawn, refused, unavailable) and the channel "
+                                 "that ended it.", ["outcome", "channel"], registry=r)
         self.upstream_stray_responses = Counter(
             "bastion_upstream_stray_responses", "Upstream responses dropped because they answered no request of "
             "their stream (reason: unknown_id, late, duplicate, wrong_stream, malformed_id).",
@@ -134,6 +137,10 @@ class Metrics:
 
     def ratelimit_rejected(self, limit: str) -> None:
         self.ratelimit_rejections.labels(limit=self._cap("limit", limit)).inc()
+
+    def approval_outcome(self, outcome: str, channel: str) -> None:
+        """One held call's approval ended (labels are bastion's own fixed vocabularies)."""
+        self.approvals.labels(outcome=outcome, channel=channel).inc()
 
     def policy_denied(self, rule: str | None) -> None:
         """``rule``: the deciding rule id; ``default`` when no rule matched (default deny)."""

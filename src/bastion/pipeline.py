@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 import structlog
 
 from bastion.errors import INTERNAL_ERROR, AuditUnavailable, ProtocolError, RequestError, ToolError, UpstreamTimeout
+from bastion.policy.model import ApprovalSpec
 from bastion.principal import Principal
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 from bastion.tool import ToolEntry
@@ -29,9 +30,12 @@ from bastion.tracing import NO_TRACING, Tracing
 log = structlog.get_logger("bastion.pipeline")
 
 Era = Literal["legacy", "modern"]
+# Sends a request to the calling client and returns its result (method, params, timeout in seconds); raises a
+# ``ProtocolError`` when the client cannot be asked or does not answer.
+AskClient = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
 # Stages are the guards' names plus these; kept as plain strings so a new guard needs no edit here.
-STAGES = ("parse", "resolve", "quarantine", "policy", "ratelimit", "input_schema", "forward", "result_shape",
-          "output_schema",
+STAGES = ("parse", "resolve", "quarantine", "policy", "approval", "ratelimit", "input_schema", "forward",
+          "result_shape", "output_schema",
           "sanitize", "complete")
 
 
@@ -52,6 +56,25 @@ class CallContext:
     client_info: dict[str, Any] | None = None
     traceparent: str | None = None
     client_id: str | int | None = None
+    # How to ask the calling client something mid-call (elicitation for approvals); None when it cannot be.
+    ask_client: AskClient | None = None
+    # 2026-07-28: the approval round this request continues (see ``ApprovalRound``); None for a first request.
+    approval_round: ApprovalRound | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRound:
+    """What a stateless (2026-07-28) request says about bastion's own approval question.
+
+    ``can_ask``: the client declared elicitation, so it can be asked through an ``input_required`` result.
+    ``asked_rule``: the verified ``requestState`` carried bastion's question for this rule, and ``answer`` is the
+    client's ``inputResponses`` entry for it. ``approved_rule``: an earlier round of this request was approved.
+    """
+
+    can_ask: bool = False
+    asked_rule: str | None = None
+    answer: dict[str, Any] | None = None
+    approved_rule: str | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +102,12 @@ class CallRecord:
     cost: int = 1
     # What went wrong that is not the call's own outcome (a guard that failed unexpectedly): kept in the record.
     audit_error: str | None = None
+    # Set by the policy guard when an ``effect: approve`` rule holds the call; ``approval`` is what the approval
+    # guard records of it (id, outcome, channel, by whom, how long it waited) for the audit record.
+    approval_spec: ApprovalSpec | None = None
+    approval: dict[str, Any] | None = None
+    # 2026-07-28: the elicitation bastion asks the client in an ``input_required`` result instead of forwarding.
+    approval_question: dict[str, Any] | None = None
 
 
 class RequestGuard(Protocol):
@@ -105,7 +134,7 @@ Outcome = Literal["allowed", "denied", "rate_limited", "invalid_input", "invalid
 
 # Which outcome a stop at each stage means when the stopping error does not say more.
 _STAGE_OUTCOME: dict[str, Outcome] = {
-    "resolve": "denied", "quarantine": "denied", "policy": "denied", "ratelimit": "rate_limited",
+    "resolve": "denied", "quarantine": "denied", "policy": "denied", "approval": "denied", "ratelimit": "rate_limited",
     "input_schema": "invalid_input", "forward": "upstream_error", "output_schema": "invalid_output",
     "sanitize": "denied", "result_shape": "malformed_result",
 }

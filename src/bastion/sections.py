@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from bastion.admin.config import AdminConfig
+from bastion.approvals.config import ApprovalsConfig
 from bastion.audit.config import AuditConfig
 from bastion.auth.config import AuthConfig
 from bastion.health.config import HealthConfig
@@ -49,6 +50,10 @@ def _admin(data: Any, core: _Partial) -> AdminConfig:
     return AdminConfig.from_mapping(data, "admin")
 
 
+def _approvals(data: Any, core: _Partial) -> ApprovalsConfig:
+    return ApprovalsConfig.from_mapping(data, "approvals")
+
+
 def _health(data: Any, core: _Partial) -> HealthConfig:
     return HealthConfig.from_mapping(data, "health")
 
@@ -73,4 +78,5 @@ SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType
     "health": _health,
     "admin": _admin,
     "tracing": _tracing,
+    "approvals": _approvals,
 })

@@ -325,6 +325,8 @@ def call_record(
         doc["arguments"] = _logged_arguments(arguments, redact)
     doc["result"] = _result_summary(result)
     doc["latency_ms"] = _latency(total_ms, up_ms)
+    if rec.approval is not None:
+        doc["approval"] = _approval_summary(rec.approval)
     if problems:
         doc["audit_error"] = _short("; ".join(problems), _MAX_STRING)
     return doc
@@ -624,3 +626,28 @@ def _unjsonable(value: Any) -> str:
         return printable(repr(value))
     except Exception:
         return f"<{type(value).__name__}>"
+
+
+def _approval_summary(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``approval`` object of a held call: which rule held it, who could approve, how it ended."""
+    waited = facts.get("waited_ms")
+    return {"id": _short_or_none(facts.get("id")), "rule_id": _short_or_none(facts.get("rule_id")),
+            "via": [_short(v, 16) for v in facts.get("via") or ()],
+            "outcome": _short_or_none(facts.get("outcome")), "channel": _short_or_none(facts.get("channel")),
+            "by": _short_or_none(facts.get("by")),
+            "waited_ms": float(waited) if isinstance(waited, int | float) else 0.0}
+
+
+def approval_record(event: str, *, at: float, decider: Principal | None, approval_id: str, principal: str | None,
+                    tool: str | None,
+                    upstream: str | None, rule_id: str | None, outcome: str | None = None,
+                    channel: str | None = None, by: str | None = None) -> dict[str, Any]:
+    """An ``approval.decided`` record: an approver's answer, written where it was given (the call's own
+    ``tool.call`` record, on the waiting replica, carries the outcome as well)."""
+    doc = _envelope(event, at, request_id=None, session=None, era=None, principal=decider, client_info=None,
+                    traceparent=None)
+    doc["approval"] = {"id": _short(approval_id), "principal": _short_or_none(principal),
+                       "tool": _short_or_none(tool), "upstream": _short_or_none(upstream),
+                       "rule_id": _short_or_none(rule_id), "outcome": _short_or_none(outcome),
+                       "channel": _short_or_none(channel), "by": _short_or_none(by)}
+    return doc

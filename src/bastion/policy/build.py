@@ -11,7 +11,7 @@ from typing import Any
 from bastion.errors import ConfigError
 from bastion.policy.constraints import ArgConstraint
 from bastion.policy.flow import FlowCondition, FlowSettings, LabelRule
-from bastion.policy.model import CostWeight, Kind, PrincipalMatch, Rule
+from bastion.policy.model import ApprovalSpec, CostWeight, Kind, PrincipalMatch, Rule
 from bastion.policy.names import (
     Glob,
     check_name_glob,
@@ -24,6 +24,10 @@ from bastion.policy.yamlsrc import YamlSource
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_rate
 from bastion.units import parse_duration
 
+# One hour: beyond it a held call outlives any client's patience and any proxy's idle timeout.
+MAX_APPROVAL_TIMEOUT_S = 3600.0
+DEFAULT_APPROVAL_TIMEOUT_S = 120.0
+
 _KINDS: dict[str, Kind] = {"tools": "tool", "prompts": "prompt", "resources": "resource"}
 _ALLOW_ON_ANNOTATIONS = (
     "an allow rule cannot match on annotations: annotations are hints an upstream writes about its own tools, "
@@ -34,6 +38,7 @@ _ALLOW_ON_ANNOTATIONS = (
 def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
     effect = raw["effect"]
     mode = raw.get("mode", "enforce")
+    approval = _approval(raw, path)
     if effect == "allow" and "annotations" in raw:
         raise ConfigError(_ALLOW_ON_ANNOTATIONS, path=f"{path}.annotations")
     if effect == "allow" and mode == "shadow":
@@ -84,6 +89,7 @@ def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
         reveal=raw.get("reveal"),
         labels=frozenset(raw["labels"]) if "labels" in raw else None,
         when=_when(raw["when"], f"{path}.when") if "when" in raw else None,
+        approval=approval,
     )
 
 
@@ -111,6 +117,28 @@ def _when(raw: Mapping[str, Any], path: str) -> FlowCondition:
     within = parse_duration(raw["within"], f"{path}.within") if "within" in raw else None
     return FlowCondition(touched=tuple(dict.fromkeys(raw["touched"])), within_s=within,
                          at_least=raw.get("at_least", 1))
+
+
+def _approval(raw: Mapping[str, Any], path: str) -> ApprovalSpec | None:
+    """The ``approval`` block of an ``effect: approve`` rule (defaults when absent); refused on other effects."""
+    effect = raw["effect"]
+    if effect != "approve":
+        if "approval" in raw:
+            raise ConfigError("approval applies to 'effect: approve' rules only", path=f"{path}.approval")
+        return None
+    if raw.get("mode", "enforce") == "shadow":
+        raise ConfigError("shadow mode is for deny rules; an approve rule either holds calls or does not",
+                          path=f"{path}.mode")
+    if "reveal" in raw:
+        raise ConfigError("reveal says how a denial is answered; set it on deny rules", path=f"{path}.reveal")
+    block = raw.get("approval") or {}
+    timeout = parse_duration(block["timeout"], f"{path}.approval.timeout") if "timeout" in block \
+        else DEFAULT_APPROVAL_TIMEOUT_S
+    if timeout > MAX_APPROVAL_TIMEOUT_S:
+        raise ConfigError(f"an approval may wait at most {int(MAX_APPROVAL_TIMEOUT_S)} s: a call held longer "
+                          "outlives every client's request timeout", path=f"{path}.approval.timeout")
+    return ApprovalSpec(via=tuple(block.get("via", ("user", "admin"))), timeout_s=timeout,
+                        remember=block.get("remember", "none"), message=block.get("message"))
 
 
 def build_costs(raw: Sequence[Mapping[str, Any]], path: str) -> list[CostWeight]:

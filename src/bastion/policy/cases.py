@@ -33,7 +33,7 @@ class Case:
     upstream: str
     annotations: Mapping[str, Any]
     args: Mapping[str, Any] | None  # None: "may the principal see it in a listing?"
-    expect: Literal["allow", "deny"]
+    expect: Literal["allow", "deny", "approve"]
     rule: str | None = _UNSET  # _UNSET: any rule; None: the default deny
     shadow: tuple[str, ...] | None = None
     history: tuple[PriorCall, ...] = ()
@@ -139,7 +139,7 @@ def check_case(policy: PolicySet, case: Case) -> list[str]:
     """What is wrong with ``case`` under ``policy``; empty if it passes."""
     decision = decide_case(policy, case)
     problems = []
-    got = "allow" if decision.allowed else "deny"
+    got = "deny" if not decision.allowed else "approve" if decision.approval is not None else "allow"
     if got != case.expect:
         problems.append(f"expected {case.expect}, got {got}: {decision.reason}")
     if case.rule != _UNSET and decision.rule_id != case.rule:

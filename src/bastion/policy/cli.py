@@ -166,7 +166,11 @@ def _json_arg(raw: str | None, flag: str, default: Any) -> Any:
 def _decision_json(decision: Decision, policy: PolicySet, labels: list[str] | None = None) -> dict[str, Any]:
     labels = labels or []
     return {
-        "decision": "allow" if decision.allowed else "deny",
+        "decision": "deny" if not decision.allowed else "approve" if decision.approval is not None else "allow",
+        # Set when the call waits for a person's yes (an effect: approve rule matched).
+        "approval": None if decision.approval is None else {
+            "via": list(decision.approval.via), "timeout_s": decision.approval.timeout_s,
+            "remember": decision.approval.remember, "message": decision.approval.message},
         "rule": decision.rule_id,
         "reason": decision.reason,
         "shadow_denies": list(decision.shadow_denies),
@@ -194,6 +198,11 @@ def _print_decision(decision: Decision, policy: PolicySet, labels: list[str] | N
         print(f"caller sees:   {answer}")
         if decision.description:
             print(f"description:   {decision.description}")
+    if decision.approval is not None:
+        spec = decision.approval
+        print(f"approval:      by {' or '.join(spec.via)}, waits {spec.timeout_s:g} s, remember {spec.remember}")
+        if spec.message:
+            print(f"message:       {spec.message}")
     print(f"shadow denies: {', '.join(data['shadow_denies']) or 'none'}")
     for spec in data["limits"]:
         print(f"limit:         {spec['name']} {spec['rate']} burst {spec['burst']} per {spec['per']}")

@@ -4,7 +4,11 @@ Precedence, the same for tools, prompts and resources:
 
 1. A name outside the safe alphabet is refused outright (see ``names``): no rule can be about it.
 2. Every enforced deny rule that matches refuses. Deny wins over allow, whatever the file or rule order.
-3. Otherwise the first enforced allow rule that matches permits; limits of all matching allow rules apply.
+3. Otherwise the first enforced allow or approve rule that matches permits; limits of all matching allow and
+   approve rules apply. If any enforced approve rule matches, the call is permitted only once a person approves
+   it (the first matching approve rule's ``approval`` applies). An approve rule that matches on annotations only
+   adds approval to a call another rule permits: annotations are the upstream's own claims, so (as for allow)
+   they can tighten but never let a tool in.
 4. Otherwise the default: deny.
 
 Shadow rules are evaluated alongside and reported in ``shadow_denies``; they never change the outcome.
@@ -114,7 +118,7 @@ class PolicySet:
             return decision
         cost = max((c.weight for c in self.costs if _any_glob(c.tools, tool.public_name)), default=1)
         return Decision(decision.allowed, decision.rule_id, decision.reason, decision.shadow_denies,
-                        decision.limits, decision.concurrency, cost)
+                        decision.limits, decision.concurrency, cost, approval=decision.approval)
 
     def visible(self, principal: Principal, tool: ToolEntry) -> bool:
         """True iff some call to ``tool`` by ``principal`` could be allowed."""
@@ -145,6 +149,7 @@ class PolicySet:
         denies: list[Rule] = []
         evidence: dict[str, tuple[Touch, ...]] = {}
         allows: list[Rule] = []
+        approves: list[Rule] = []
         shadow: list[str] = []
         for rule in self.rules:
             if target.kind not in rule.kinds or not principal_matches(rule.principals, principal):
@@ -166,18 +171,26 @@ class PolicySet:
                     shadow.append(rule.id)
             elif rule.effect == "allow" and args is True and rule.enforced:
                 allows.append(rule)
+            elif rule.effect == "approve" and args is True:
+                approves.append(rule)
         if denies:
             first = denies[0]
             return Decision(False, first.id, f"denied by rule '{first.id}' ({first.origin})", tuple(shadow),
                             reveal=self.reveal if first.reveal is None else first.reveal,
                             description=first.description, flow=evidence.get(first.id, ()))
-        if allows:
-            first = allows[0]
+        permits = [r for r in self.rules if r in allows or (r in approves and not r.annotations)]
+        if permits:
             limits: dict[str, RateLimitSpec] = {}
             concurrency: dict[str, ConcurrencySpec] = {}
-            for rule in allows:
+            for rule in permits + [r for r in approves if r not in permits]:
                 limits.update((spec.name, spec) for spec in rule.limits if spec.name not in limits)
                 concurrency.update((spec.name, spec) for spec in rule.concurrency if spec.name not in concurrency)
+            if approves:
+                gate = approves[0]
+                return Decision(True, gate.id, f"allowed after approval, by rule '{gate.id}' ({gate.origin})",
+                                tuple(shadow), tuple(limits.values()), tuple(concurrency.values()),
+                                approval=gate.approval, description=gate.description)
+            first = permits[0]
             return Decision(True, first.id, f"allowed by rule '{first.id}' ({first.origin})", tuple(shadow),
                             tuple(limits.values()), tuple(concurrency.values()))
         return Decision(False, None, f"no rule allows this {target.kind} (default deny)", tuple(shadow),
@@ -228,8 +241,8 @@ def _arguments_match(rule: Rule, arguments: Mapping[str, Any] | None) -> bool | 
     if not rule.arguments:
         return True
     if arguments is None:
-        # Listing: an allow rule could be satisfied by some call; a deny rule could be avoided by some call.
-        return rule.effect == "allow"
+        # Listing: an allow (or approve) rule could be satisfied by some call; a deny rule avoided by some call.
+        return rule.effect != "deny"
     return all3(c.evaluate(arguments) for c in rule.arguments)
 
 

@@ -83,6 +83,7 @@ class PolicyGuard:
         record.limits = tuple(decision.limits)
         record.concurrency = tuple(decision.concurrency)
         record.cost = decision.cost
+        record.approval_spec = decision.approval
 
 
 def _has_when(policy: PolicySet, rule_id: str | None) -> bool:

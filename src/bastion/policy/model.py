@@ -10,7 +10,9 @@ from bastion.policy.flow import FlowCondition, Touch
 from bastion.policy.names import Glob
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 
-Effect = Literal["allow", "deny"]
+Effect = Literal["allow", "deny", "approve"]
+Approver = Literal["user", "admin"]
+Remember = Literal["none", "call", "session"]
 Mode = Literal["enforce", "shadow"]
 Kind = Literal["tool", "prompt", "resource"]
 
@@ -27,6 +29,18 @@ class PrincipalMatch:
     ids: frozenset[str] = frozenset()
     groups: frozenset[str] = frozenset()
     claims: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalSpec:
+    """What an ``effect: approve`` rule asks for: who may say yes (``via``), how long the call waits for an
+    answer, and what one yes covers (``none``/``call``: this call; ``session``: this tool and rule for the rest
+    of the client's session)."""
+
+    via: tuple[Approver, ...] = ("user", "admin")
+    timeout_s: float = 120.0
+    remember: Remember = "none"
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +70,8 @@ class Rule:
     # Flow: ``labels`` matches tools carrying any of these labels; ``when`` matches on the context's history.
     labels: frozenset[str] | None = None
     when: FlowCondition | None = None
+    # effect: approve only: how the approval is obtained.
+    approval: ApprovalSpec | None = None
 
     @property
     def enforced(self) -> bool:
@@ -91,3 +107,6 @@ class Decision:
     description: str | None = None
     # A denial by a rule with ``when``: the earlier calls that made its condition hold (empty: history unknown).
     flow: tuple[Touch, ...] = ()
+    # Set when the call is allowed only once a person approves it (an ``effect: approve`` rule matched);
+    # ``rule_id`` is then that rule's.
+    approval: ApprovalSpec | None = None

@@ -31,7 +31,7 @@ from bastion.errors import (
 )
 from bastion.gateway import Gateway
 from bastion.jsonrpc import Message, RequestId
-from bastion.pipeline import CallContext, CallRecord, Era
+from bastion.pipeline import ApprovalRound, AskClient, CallContext, CallRecord, Era
 from bastion.principal import Principal
 from bastion.server.emitter import Emitter, NullEmitter
 from bastion.server.eras import INPUT_CAPABILITY, is_input_required, undeclared_inputs
@@ -57,6 +57,8 @@ SERVER_INFO = {"name": "bastion", "title": "bastion MCP gateway", "version": __v
 FORWARDED_META = ("progressToken", "traceparent", "tracestate")
 # Rounds of input bastion fetches from a handshake-era client for one call before giving up on the upstream.
 MAX_INPUT_ROUNDS = 10
+# The inputRequests key of bastion's own approval question (2026-07-28); upstream keys never reach bastion's.
+APPROVAL_INPUT_KEY = "bastion-approval"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +229,7 @@ class Dispatcher:
             era=scope.era, session_id=session_id,
             client_info=dict(scope.client_info) if scope.client_info else None,
             traceparent=self._traceparent(scope, meta),
-            client_id=rid,
+            client_id=rid, ask_client=self._asker(scope),
         )
         progress_token = meta.get("progressToken")
         try:
@@ -239,17 +241,42 @@ class Dispatcher:
                                              request_id=rid, stage="resolve", outcome="denied",
                                              reason=exc.message, error=exc, traceparent=ctx.traceparent)
             raise
+        if scope.era == "modern":
+            ctx = replace(ctx, approval_round=approval_round(scope, params, trip))
+        marker: list[str] = []
 
         async def forward(ctx: CallContext, record: CallRecord) -> dict[str, Any]:
+            if record.approval_question is not None:
+                # bastion's own question (an approve rule), asked instead of forwarding: the upstream sees the
+                # call only once the retry carries the user's yes.
+                marker.append(f"ask:{record.rule_id}")
+                return {"resultType": "input_required", "inputRequests": {
+                    APPROVAL_INPUT_KEY: {"method": "elicitation/create", "params": record.approval_question}}}
+            if record.approval is not None and record.approval.get("outcome") == "approved":
+                marker.append(f"ok:{record.rule_id}")  # later rounds of this request need not ask again
             fwd: dict[str, Any] = {"name": entry.original_name, "arguments": ctx.arguments}
             relay = self._relay(scope, entry.upstream, progress_token)
             return await self._forward_rounds(scope, entry.upstream, "tools/call", fwd, meta, params, trip, relay)
 
         result = await self.gw.pipeline.run(ctx, forward)
         if is_input_required(result):
-            return self._input_required(scope, "tools/call", name, params, entry.upstream, result)
+            return self._input_required(scope, "tools/call", name, params, entry.upstream, result,
+                                        approval=marker[-1] if marker else None)
         # After the guards: they judge (and the sanitizer vets) the URIs exactly as the upstream sent them.
         return map_result_uris(result, self.gw.upstream_of(entry.upstream).prefix)
+
+    def _asker(self, scope: Scope) -> AskClient | None:
+        """How a guard asks this caller something mid-call: a session-based client that declared elicitation,
+        on a request whose response stream can carry the question; otherwise None."""
+        if scope.era != "legacy" or "elicitation" not in scope.client_capabilities or \
+                isinstance(scope.emitter, NullEmitter):
+            return None
+        emitter = scope.emitter
+
+        async def ask(method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+            return await emitter.ask(method, params, timeout=timeout)
+
+        return ask
 
     # -- multi round-trip requests (2026-07-28 input_required) ----------------------------------------------
 
@@ -312,8 +339,12 @@ class Dispatcher:
         out_meta = self._forward_meta(scope, upstream, meta)
         if out_meta:
             fwd["_meta"] = out_meta
-        if params.get("inputResponses") is not None:
-            fwd["inputResponses"] = params["inputResponses"]
+        responses = params.get("inputResponses")
+        if isinstance(responses, Mapping) and APPROVAL_INPUT_KEY in responses:
+            # The answer to bastion's approval question is bastion's; the upstream never asked for it.
+            responses = {k: v for k, v in responses.items() if k != APPROVAL_INPUT_KEY} or None
+        if responses is not None:
+            fwd["inputResponses"] = responses
         if trip is not None and trip.upstream_state is not None:
             fwd["requestState"] = trip.upstream_state
         result = await self.gw.forward(upstream, method, fwd, on_message=relay)
@@ -354,7 +385,7 @@ class Dispatcher:
         return responses
 
     def _input_required(self, scope: Scope, method: str, target: str, params: Mapping[str, Any], upstream: str,
-                        result: Mapping[str, Any]) -> dict[str, Any]:
+                        result: Mapping[str, Any], approval: str | None = None) -> dict[str, Any]:
         """An upstream's ``input_required`` for a modern client, its state sealed (see ``bastion.server.state``).
 
         Handshake-era clients never get here (``_forward_rounds`` bridges tools/call for them).
@@ -380,7 +411,7 @@ class Dispatcher:
                 for key, request in result["inputRequests"].items()}
         out["requestState"] = self.sealer.seal(
             principal_id=scope.principal.id, digest=request_digest(method, target, params), upstream=upstream,
-            upstream_state=state if isinstance(state, str) else None, now=time.time())
+            upstream_state=state if isinstance(state, str) else None, now=time.time(), approval=approval)
         return out
 
     def _relay(self, scope: Scope, upstream: str, progress_token: Any) -> Callable[
@@ -576,6 +607,18 @@ def _span_attributes(scope: Scope, rid: RequestId | None) -> dict[str, str | int
     if scope.session is not None:
         attrs["mcp.session.id"] = scope.session.id
     return attrs
+
+
+def approval_round(scope: Scope, params: Mapping[str, Any], trip: RoundTrip | None) -> ApprovalRound:
+    """What this 2026-07-28 request says about bastion's approval question. Only a verified ``requestState``
+    (bound to this principal and this exact request) can carry an answer or an earlier approval."""
+    marker = trip.approval if trip is not None else None
+    responses = params.get("inputResponses")
+    answer = responses.get(APPROVAL_INPUT_KEY) if isinstance(responses, Mapping) else None
+    asked = marker[4:] if marker is not None and marker.startswith("ask:") else None
+    return ApprovalRound(can_ask="elicitation" in scope.client_capabilities, asked_rule=asked,
+                        answer=dict(answer) if asked is not None and isinstance(answer, Mapping) else None,
+                        approved_rule=marker[3:] if marker is not None and marker.startswith("ok:") else None)
 
 
 def _level_allows(floor: str | None, level: Any, era: Era) -> bool:

@@ -84,6 +84,9 @@ class RoundTrip:
 
     upstream: str
     upstream_state: str | None
+    # bastion's own approval round (see bastion.approvals.guard): "ask:<rule>" when this state carried the
+    # approval question, "ok:<rule>" once the user approved and the upstream asked for more.
+    approval: str | None = None
 
 
 def request_digest(method: str, target: str, params: Mapping[str, Any]) -> str:
@@ -115,9 +118,12 @@ class StateSealer:
         return hmac.new(self._key, b"request-state\x00" + body, hashlib.sha256).digest()
 
     def seal(self, *, principal_id: str, digest: str, upstream: str, upstream_state: str | None,
-             now: float) -> str:
-        body = orjson.dumps({"p": self._principal(principal_id), "d": digest, "u": upstream, "s": upstream_state,
-                             "x": int(now + self.ttl_s)})
+             now: float, approval: str | None = None) -> str:
+        claims: dict[str, Any] = {"p": self._principal(principal_id), "d": digest, "u": upstream,
+                                  "s": upstream_state, "x": int(now + self.ttl_s)}
+        if approval is not None:
+            claims["a"] = approval
+        body = orjson.dumps(claims)
         return FORMAT_TAG + _b64(body) + "." + _b64(self._sign(body))
 
     def open(self, token: Any, *, principal_id: str, digest: str, now: float) -> RoundTrip:
@@ -144,4 +150,6 @@ class StateSealer:
             raise InvalidRequestState("issued to another principal")
         if claims.get("d") != digest:
             raise InvalidRequestState("issued for a different request")
-        return RoundTrip(upstream=claims["u"], upstream_state=claims["s"])
+        approval = claims.get("a")
+        return RoundTrip(upstream=claims["u"], upstream_state=claims["s"],
+                         approval=approval if isinstance(approval, str) else None)
