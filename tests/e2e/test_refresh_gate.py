@@ -119,11 +119,13 @@ def test_a_call_in_the_window_waits_for_the_check_and_then_runs(tmp_path: Path) 
 
 
 def test_a_check_that_takes_too_long_answers_with_a_clear_error(tmp_path: Path) -> None:
-    gw = rug_gateway(tmp_path, list_delay=3.0, gate_timeout="500ms")
+    # The re-check takes 6 s; the call goes in 0.5 s after the flip, time enough for the upstream's list_changed
+    # to close the gate even on a loaded machine, and far from the check's end.
+    gw = rug_gateway(tmp_path, list_delay=6.0, gate_timeout="500ms")
     try:
         c = client(gw)
         c.call("rug__flip", {})
-        time.sleep(0.1)
+        time.sleep(0.5)
         started = time.monotonic()
         answer = c.call("rug__steady", {})
         assert time.monotonic() - started < 2.5

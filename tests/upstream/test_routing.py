@@ -219,6 +219,39 @@ async def test_server_requests_without_one_owner_are_not_relayed() -> None:
     await asyncio.gather(a, b)
 
 
+class Owned:
+    """A relay that says whose call it is, like the dispatcher's."""
+
+    def __init__(self, owner: str, seen: list[str]) -> None:
+        self.owner = owner
+        self.seen = seen
+
+    async def __call__(self, method: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.seen.append(self.owner)
+        return {"action": "decline"}
+
+
+@pytest.mark.parametrize(("owners", "relayed"), [(("alice", "alice"), True), (("alice", "bob"), False)])
+async def test_several_calls_of_one_principal_take_a_server_request_and_of_two_refuse_it(
+        owners: tuple[str, str], relayed: bool) -> None:
+    wire = Wire()
+    seen: list[str] = []
+    a = wire.start(on_message=Owned(owners[0], seen))
+    b = wire.start(on_message=Owned(owners[1], seen))
+    await asyncio.sleep(0)
+    await wire.rpc.handle({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create", "params": {}})
+    await asyncio.sleep(0.05)
+    (reply,) = [m for m in wire.sent if m.get("id") == "e1"]
+    if relayed:
+        # Both calls are alice's: the most recent one is asked, and nobody else's client can be.
+        assert seen == ["alice"] and reply["result"] == {"action": "decline"}
+    else:
+        assert seen == [] and reply["error"]["code"] == -32603
+    for p in wire.pending():
+        await wire.rpc.handle(answer(p, "ok"))
+    await asyncio.gather(a, b)
+
+
 async def test_a_timeout_answers_at_the_deadline_even_when_the_cancel_notice_cannot_be_sent() -> None:
     wire = Wire(send_hangs=True)
     started = time.monotonic()

@@ -416,6 +416,10 @@ class Dispatcher:
 
     def _relay(self, scope: Scope, upstream: str, progress_token: Any) -> Callable[
             [str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]:
+        return _OwnedRelay(scope.principal.id, self._relay_to(scope, upstream, progress_token))
+
+    def _relay_to(self, scope: Scope, upstream: str, progress_token: Any) -> Callable[
+            [str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]:
         async def on_message(method: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
             if method == "notifications/progress":
                 if progress_token is not None:
@@ -651,3 +655,17 @@ def map_result_uris(result: dict[str, Any], prefix: str | None) -> dict[str, Any
                                            "uri": cat.public_uri(prefix, block["resource"]["uri"])}}
         mapped.append(block)
     return {**result, "content": mapped}
+
+
+class _OwnedRelay:
+    """A call's message relay that says whose call it is: on a transport without per-request streams (stdio), the
+    upstream session may route an unattributed server request by it (``upstream.session.owner_of``)."""
+
+    __slots__ = ("_relay", "owner")
+
+    def __init__(self, owner: str, relay: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]):
+        self.owner = owner
+        self._relay = relay
+
+    async def __call__(self, method: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        return await self._relay(method, params)

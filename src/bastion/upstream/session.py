@@ -19,9 +19,11 @@ Routing of upstream-initiated messages:
   which has no per-request stream, belongs to a call only when exactly one call is in flight;
 - a server request (``sampling/createMessage``, ``elicitation/create``, ``roots/list``) goes to ``related``
   when the transport knows it; otherwise (stdio, GET streams) to the only in-flight request that accepts
-  messages. With several, bastion cannot tell whose it is, and relaying it to the wrong client would hand that
-  client another caller's data: it is refused. ``roots/list`` with no call to relay it to is answered with an
-  empty list (bastion shares no client's roots outside that client's own call); ``ping`` is answered here.
+  messages. With several, bastion cannot tell whose it is: when all were made by one principal it goes to the
+  most recently sent (a wrong guess stays within that principal's own calls), otherwise relaying it to the wrong
+  client could hand that client another caller's data, and it is refused. ``roots/list`` with no call to relay
+  it to is answered with an empty list (bastion shares no client's roots outside that client's own call);
+  ``ping`` is answered here.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ class Pending:
 
 
 Transmit = Callable[[Pending], Awaitable[None]]
+
+
+def owner_of(handler: RelatedMessageHandler | None) -> str | None:
+    """The principal a request's message handler relays to, when the handler says (``owner`` attribute)."""
+    owner = getattr(handler, "owner", None)
+    return owner if isinstance(owner, str) else None
 
 
 async def _ignore(method: str, params: Mapping[str, Any]) -> None:
@@ -342,9 +350,17 @@ class RpcSession:
                 if p.on_message is not None and not p.future.done() and p.message.get("method") != LISTEN]
 
     def _route(self) -> Pending | None:
-        """The in-flight request an unattributed message belongs to: only when exactly one could own it."""
+        """The in-flight request an unattributed message belongs to: the only one that could own it, or, when
+        several could and every one of them was made by the same principal (``owner_of``), the most recently
+        sent. A guess within one principal's own calls hands nobody another caller's data; across principals
+        it could, so then there is no owner."""
         candidates = self._candidates()
-        return candidates[0] if len(candidates) == 1 else None
+        if len(candidates) == 1:
+            return candidates[0]
+        owners = {owner_of(p.on_message) for p in candidates}
+        if len(owners) == 1 and None not in owners:
+            return candidates[-1]  # insertion order is send order
+        return None
 
     async def _serve(self, rid: Any, method: str, params: Any, related: Pending | None) -> None:
         response: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
