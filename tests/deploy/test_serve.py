@@ -62,14 +62,33 @@ def localize(tmp: Path, tools_port: int) -> Path:
     return config
 
 
+def session_members(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (the Linux /proc view), whatever process group it moved to."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[3]) == sid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Kill what the test started, whole: the gateway runs under an init (tini), and SIGKILL to the init alone
-    would leave bastion and its stdio upstream running, re-parented away from the test. Each such process is
-    started in a session of its own, so its process group is everything it spawned."""
+    """Stop what the test started, whole. The gateway runs under an init (tini) that forwards SIGTERM, so a
+    graceful stop reaches bastion and its stdio upstreams; whatever is left of the session afterwards (bastion
+    moves to a process group of its own, so the init's group is not enough) is killed."""
     if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=45)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+    for pid in session_members(proc.pid):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+            os.kill(pid, signal.SIGKILL)
 
 
 @dataclass
