@@ -209,8 +209,9 @@ class ApprovalService:
             event["replica"] = self.replica
             try:
                 await self.store.publish(event)
-            except Exception:
-                log.warning("approvals.publish_failed", event=event.get("type"), exc_info=True)
+            except Exception as exc:
+                # One line, not a traceback: a Redis outage is an operational event with its own metrics.
+                log.warning("approvals.publish_failed", event=event.get("type"), detail=f"{type(exc).__name__}: {exc}")
 
     def _publish_local(self, event: ApprovalEvent) -> None:
         for queue in list(self._subscribers):
@@ -234,7 +235,8 @@ class ApprovalService:
                         log.warning("approvals.bad_event")
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                # Redis went away: waiting calls still time out on their own; listen again when it is back.
-                log.warning("approvals.listen_failed", exc_info=True)
+            except Exception as exc:
+                # Redis went away: waiting calls still time out on their own; listen again when it is back. One
+                # line, not a traceback: an outage is an operational event, not a bug.
+                log.warning("approvals.listen_failed", detail=f"{type(exc).__name__}: {exc}")
                 await asyncio.sleep(1.0)

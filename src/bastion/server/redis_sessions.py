@@ -72,7 +72,10 @@ class RedisSessionStore:
             # A frozen Redis: the socket timeout plus the client's retry could exceed the request's budget.
             raise SessionStoreUnavailable(
                 log_detail=f"redis {op} did not answer within {self._timeout_s:g} s") from None
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, RuntimeError) as exc:
+            # RuntimeError: redis-py (8.1) can write to an asyncio transport it closed itself when a Sentinel
+            # failover drops the connection under load ("unable to perform operation on <TCPTransport
+            # closed=True>"); for a caller that is the same outage as a refused connection.
             detail = f"redis {op} failed: {type(exc).__name__}: {exc}"
             # Debug only: the fallback store logs each outage once, not every request that met it.
             log.debug("session_store_unavailable", op=op, error=type(exc).__name__)

@@ -58,7 +58,7 @@ class IndexedRedisSessions:
         await self._store.create(data)
         try:
             await self._redis.hset(self._index, data.id, data.to_json())
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_sessions._call
             # The session works without its index entry; only its expiry would go unrecorded.
             log.warning("session_index_unavailable", op="add", error=type(exc).__name__)
 
@@ -72,7 +72,7 @@ class IndexedRedisSessions:
         # Index first: a sweep in between sees the key still there, so it never reports this session as expired.
         try:
             await self._redis.hdel(self._index, session_id)
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_sessions._call
             log.warning("session_index_unavailable", op="remove", error=type(exc).__name__)
         return await self._store.delete(session_id)
 
@@ -120,7 +120,7 @@ class SessionSweeper:
     async def sweep_once(self) -> None:
         try:
             left = await self._store.sweep()
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_sessions._call
             log.warning("session_sweep_failed", error=type(exc).__name__)
             return
         self._on_count(left)
