@@ -21,7 +21,7 @@ from bastion.sanitize import families
 from bastion.sanitize.encoded import MAX_PROBES, RUNS_PATTERN, decoded_runs
 from bastion.sanitize.families import FOLD_PATTERNS, JSONRPC, ROLE_LINE, SQUASH_PATTERNS
 from bastion.sanitize.normalize import SPACED_PATTERN, collapse, fold, mapped_fold, mapped_squash, squash
-from bastion.sanitize.patterns import Hit
+from bastion.sanitize.patterns import Hit, non_overlapping
 from bastion.sanitize.text import NO_COUNTS, decode_tags
 
 InjectionAction = Literal["flag", "neutralise", "block"]
@@ -89,14 +89,7 @@ class _View:
                 start, end = m.span()
                 if end > start:
                     raw.append(Hit(i, start, end))
-        raw.sort(key=lambda h: (h.start, h.start - h.end, h.index))
-        kept: list[Hit] = []
-        last_end = -1
-        for h in raw:
-            if h.start >= last_end:
-                kept.append(h)
-                last_end = h.end
-        return kept
+        return non_overlapping(raw)
 
 
 def _chunks(text: str) -> list[tuple[int, int]]:

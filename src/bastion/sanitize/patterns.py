@@ -108,11 +108,16 @@ class PatternSet:
                     raw.append(hit)
         if len(raw) <= 1:
             return raw
-        raw.sort(key=lambda h: (h.start, h.start - h.end, h.index))
-        kept: list[Hit] = []
-        last_end = -1
-        for h in raw:
-            if h.start >= last_end:
-                kept.append(h)
-                last_end = h.end
-        return kept
+        return non_overlapping(raw)
+
+
+def non_overlapping(raw: list[Hit]) -> list[Hit]:
+    """Leftmost hits first, the longest at each position, none overlapping a hit already kept."""
+    raw.sort(key=lambda h: (h.start, h.start - h.end, h.index))
+    kept: list[Hit] = []
+    last_end = -1
+    for h in raw:
+        if h.start >= last_end:
+            kept.append(h)
+            last_end = h.end
+    return kept
