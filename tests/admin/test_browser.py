@@ -18,16 +18,16 @@ from typing import Any
 
 import httpx
 import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
 
 from bastion.auth.apikeys import hash_key
 from tests.support.gateway import REPO, GatewayProcess
 from tests.support.net import free_port
 
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.common.by import By  # noqa: E402
-
-pytestmark = pytest.mark.skipif(shutil.which("chromedriver") is None or shutil.which("chromium") is None,
-                                reason="needs Debian chromium and chromium-driver (.ci/test installs them)")
+# A missing browser fails here, never skips: .ci/test installs Debian's chromium and chromium-driver.
+assert shutil.which("chromedriver") and shutil.which("chromium"), \
+    "needs Debian chromium and chromium-driver (.ci/test installs them)"
 
 ADMIN_KEY = "bst_browser_admin_key_0123456789abcdef"
 USER_KEY = "bst_browser_user_key_0123456789abcdef"

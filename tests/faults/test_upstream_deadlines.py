@@ -156,5 +156,4 @@ def test_shutdown_is_not_held_by_a_frozen_upstream(tmp_path: Path) -> None:
         gateway.stop()
 
 
-if sys.platform != "linux":  # pragma: no cover
-    pytest.skip("SIGSTOP and /proc are Linux-only here", allow_module_level=True)
+assert sys.platform == "linux", "SIGSTOP and /proc are Linux-only here"
