@@ -27,6 +27,7 @@ from referencing.exceptions import NoSuchResource
 from referencing.jsonschema import DRAFT4, DRAFT6, DRAFT7, DRAFT201909, DRAFT202012
 
 from bastion.validation.formats import build_format_checker
+from bastion.validation.metaschema import compile_metaschema
 from bastion.validation.regex import compile_pattern
 
 Keyword = Callable[[Any, Any, Any, Any], Any]
@@ -192,6 +193,9 @@ class Dialect:
     specification: Specification[Any]
     # Whether unevaluatedProperties exists in this dialect; jsonschema evaluates its patternProperties with ``re``.
     has_unevaluated: bool
+    # The metaschema compiled to a predicate (``metaschema.py``): True means ``check_schema`` would pass; anything
+    # else, or None (not compiled), means ask ``check_schema``.
+    valid_schema: Callable[[Any], bool] | None = None
 
 
 def _dialects() -> dict[str, Dialect]:
@@ -202,7 +206,11 @@ def _dialects() -> dict[str, Dialect]:
         ("json-schema.org/draft-06/schema", "draft-06", Draft6Validator, DRAFT6, False),
         ("json-schema.org/draft-04/schema", "draft-04", Draft4Validator, DRAFT4, False),
     ]
-    return {key: Dialect(name, _safe_class(base), spec, unevaluated) for key, name, base, spec, unevaluated in table}
+    dialects = {}
+    for key, name, base, spec, unevaluated in table:
+        safe = _safe_class(base)
+        dialects[key] = Dialect(name, safe, spec, unevaluated, compile_metaschema(safe))
+    return dialects
 
 
 DIALECTS: Mapping[str, Dialect] = _dialects()
