@@ -277,3 +277,24 @@ def test_meta_at_any_depth_redacts_credential_keys_and_icons_must_be_a_list() ->
     assert out["content"][0]["annotations"] == {"_meta": {"apiKey": "[REDACTED:key-name]"}}
     assert out["x"] == {}
     assert report.counts["unsafe_url"] == 2
+
+
+def test_reference_candidates_are_exactly_the_tokens_compared() -> None:
+    """``apply`` skips a text by one regex pass; that pass must see every token the character walk compares."""
+    import random
+
+    from bastion.sanitize.walk import _CANDIDATES, _distinctive, _tokens
+
+    rng = random.Random(7)
+    alphabet = "ab_.-Z9 é\n,:/"
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        tokens = {text[s:e].rstrip(".-") for s, e in _tokens(text)} - {""}
+        assert set(_CANDIDATES.findall(text)) == tokens, text
+        name = text.strip()
+        assert _distinctive(name) == (len(name) >= 4 and (any(c in "_.-" or c.isdigit() for c in name)
+                                                          or any(c.isupper() for c in name[1:])))
+    refs = ToolRefs({"files__rm", "readFile"})
+    assert refs.apply("then call files__rm.", True) == (
+        'then call [bastion: reference to a tool of another server: "files__rm"].', 1)
+    assert refs.apply("no such tool: files__rmx", True) == ("no such tool: files__rmx", 0)

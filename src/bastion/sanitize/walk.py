@@ -17,6 +17,7 @@ Pure apart from the report it fills. Containers that needed no change come back 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Set
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,8 @@ class ToolRefs:
         return bool(self._names)
 
     def apply(self, text: str, neutralise: bool) -> tuple[str, int]:
-        if not self._names:
+        if not self._names or self._names.isdisjoint(_CANDIDATES.findall(text)):
+            # The common case, a text naming no other server's tool, found by one C-speed pass.
             return text, 0
         found = 0
         parts: list[str] = []
@@ -116,9 +118,21 @@ class ToolRefs:
         return "".join(parts), found
 
 
+# The tokens ``apply`` compares with tool names, as ``_tokens`` cuts them (maximal runs of ASCII letters, digits
+# and ``_.-``) with their trailing ``.`` and ``-`` removed. A run of only ``.`` and ``-`` yields no candidate; its
+# token would be empty, which is no name.
+_CANDIDATES = re.compile(r"([A-Za-z0-9_.\-]*[A-Za-z0-9_])[.\-]*")
+# ``_distinctive`` for ASCII names: a separator or digit anywhere, or a capital after the first character.
+_MARK = re.compile(r"[_.\-0-9]")
+_INNER_CAPITAL = re.compile(r"[A-Z]")
+
+
 def _distinctive(name: str) -> bool:
-    return len(name) >= 4 and (any(c in "_.-" or c.isdigit() for c in name) or
-                               any(c.isupper() for c in name[1:]))
+    if len(name) < 4:
+        return False
+    if name.isascii():
+        return _MARK.search(name) is not None or _INNER_CAPITAL.search(name, 1) is not None
+    return any(c in "_.-" or c.isdigit() for c in name) or any(c.isupper() for c in name[1:])
 
 
 def _tokens(text: str) -> list[tuple[int, int]]:
