@@ -135,3 +135,22 @@ def test_a_rejected_schema_keeps_jsonschemas_reason() -> None:
     with pytest.raises(SchemaRejected) as caught:
         compile_schema({"type": "object", "properties": {"a": {"type": "strin"}}}, SchemaLimits(), "inputSchema")
     assert caught.value.reason == "inputSchema is not a valid 2020-12 schema: at $.properties.a.type, fails 'anyOf'"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(value=SCHEMAS, max_bytes=st.integers(10, 400), max_depth=st.integers(1, 6))
+def test_one_walk_sizes_copies_and_finds_scan_keys_like_the_three_it_replaces(value: Any, max_bytes: int,
+                                                                             max_depth: int) -> None:
+    from bastion.validation.compile import _inspect, _plain
+    from bastion.validation.limits import measure
+    from bastion.validation.scan import SCAN_KEYS, _mentions
+
+    if not isinstance(value, dict):
+        return
+    inspected = _inspect(value, max_bytes, max_depth)
+    excess = measure(value, max_bytes=max_bytes, max_depth=max_depth)
+    assert (inspected is None) == (excess is not None)
+    if inspected is not None:
+        plain, keys = inspected
+        assert plain == _plain(value)
+        assert keys == {k for k in SCAN_KEYS if _mentions(value, k)}

@@ -132,14 +132,16 @@ class Sanitizer:
         """False while a prescan found that no secret rule or injection pattern can match."""
         return self._patterns
 
-    def prescan(self, value: Any) -> None:
-        """One RE2 pass per pattern set over all strings of ``value``; see ``json_tree``. Lasts for this walk."""
+    def prescan(self, value: Any) -> str | None:
+        """One RE2 pass per pattern set over all strings of ``value``; see ``json_tree``. Lasts for this walk.
+        Returns the strings joined as scanned, or None when ``value`` was too deep to collect whole."""
         strings: list[str] = []
         if not _collect(value, strings, 0):
             self._patterns = True  # not every string was seen: scan each one as it is walked
-            return
+            return None
         joined = "\n\x00\n".join(strings)
         self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+        return joined
 
     def json_tree(self, value: Any) -> Any:
         """``json_value`` with one RE2 pass over all strings first, so a clean tree of many small strings does

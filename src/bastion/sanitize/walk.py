@@ -97,6 +97,10 @@ class ToolRefs:
     def __bool__(self) -> bool:
         return bool(self._names)
 
+    def absent_from(self, text: str) -> bool:
+        """True when no token of ``text`` is one of the names (``apply`` would find nothing)."""
+        return not self._names or self._names.isdisjoint(_CANDIDATES.findall(text))
+
     def apply(self, text: str, neutralise: bool) -> tuple[str, int]:
         if not self._names or self._names.isdisjoint(_CANDIDATES.findall(text)):
             # The common case, a text naming no other server's tool, found by one C-speed pass.
@@ -167,6 +171,8 @@ class Walker:
         self.semantic: set[str] = set()
         self._probe: Walker | None = None
         self._meta: Walker | None = None
+        # Set by ``prescan``: no string of the item names another server's tool.
+        self._refs_absent = False
 
     @property
     def report(self) -> SanitizeReport:
@@ -175,6 +181,7 @@ class Walker:
     # -- leaves ----------------------------------------------------------------------------------------------
 
     def text(self, value: str, where: str | None = None, limit: int | None = None) -> str:
+        given = value
         if self.one_line_traces:
             reduced = one_line(value)
             if reduced is not None:
@@ -184,7 +191,7 @@ class Walker:
         marking = self.mark_hidden and not (value.isascii() and value.isprintable())
         hidden_before = self._hidden() if marking else 0
         out = self.s.string(value, limit if limit is not None else self.limit, where)
-        if self.refs is not None:
+        if self.refs is not None and not (self._refs_absent and out is given):
             out, n = self.refs.apply(out, self.neutralise_refs)
             if n:
                 self.report.add({"cross_tool_reference": n}, where)
@@ -217,7 +224,11 @@ class Walker:
     def prescan(self, value: Any) -> None:
         """One RE2 pass per pattern set over all strings of ``value`` (keys included): when nothing can match
         anywhere, the per-string passes are skipped for the whole walk (``Sanitizer.json_tree`` does the same)."""
-        self.s.prescan(value)
+        joined = self.s.prescan(value)
+        # Tokens never span two strings (the separator is no word character): when no token of any string of
+        # ``value`` names another server's tool, a text this walk leaves unchanged cannot either. (Cleaning can
+        # join two runs into a name, so a changed text is still looked at.)
+        self._refs_absent = joined is not None and self.refs is not None and self.refs.absent_from(joined)
 
     def _plain(self, value: Any, depth: int) -> bool:
         if isinstance(value, str):

@@ -22,6 +22,7 @@ from typing import Any
 from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft201909Validator, Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
+from jsonschema_specifications import REGISTRY as SPECIFICATIONS  # type: ignore[import-untyped]
 from referencing import Registry, Resource, Specification
 from referencing.exceptions import NoSuchResource
 from referencing.jsonschema import DRAFT4, DRAFT6, DRAFT7, DRAFT201909, DRAFT202012
@@ -70,6 +71,9 @@ def _refuse(uri: str) -> Resource[Any]:
 
 
 REFUSING_REGISTRY: Registry[Any] = Registry(retrieve=_refuse)  # type: ignore[call-arg]
+# What a validator built with ``registry=REFUSING_REGISTRY`` resolves against (jsonschema adds the metaschemas),
+# combined once instead of once per validator.
+ROOTED_REGISTRY: Registry[Any] = SPECIFICATIONS.combine(REFUSING_REGISTRY)
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:

@@ -7,7 +7,7 @@ RE2 cannot run, a keyword combination jsonschema would evaluate with Python's ba
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 _SCAN_KEYS = frozenset({*_REF_KEYWORDS, "pattern", "patternProperties", "$id", "$anchor", "$dynamicAnchor",
                         "$recursiveAnchor"})
 _SCAN_KEYS_LEGACY = _SCAN_KEYS | {"id"}  # draft-04 spells $id without the dollar
+SCAN_KEYS = _SCAN_KEYS_LEGACY  # every key ``scan`` may look for, whatever the dialect
 _MAX_REF_CHARS = 80
 
 
@@ -40,9 +41,11 @@ class Scan:
     patterns: Mapping[str, Any]
 
 
-def scan(schema: Mapping[str, Any], dialect: Dialect) -> Scan:
-    """Check ``schema`` (already within size and depth limits) and compile its patterns; raise ``UnsafeSchema``."""
-    if not _mentions_any(schema, _SCAN_KEYS_LEGACY if dialect.name == "draft-04" else _SCAN_KEYS):
+def scan(schema: Mapping[str, Any], dialect: Dialect, *, keys: Set[str] | None = None) -> Scan:
+    """Check ``schema`` (already within size and depth limits) and compile its patterns; raise ``UnsafeSchema``.
+    ``keys``: which of ``SCAN_KEYS`` appear anywhere in ``schema`` as mapping keys, when the caller knows."""
+    relevant = _SCAN_KEYS_LEGACY if dialect.name == "draft-04" else _SCAN_KEYS
+    if (relevant.isdisjoint(keys) if keys is not None else not _mentions_any(schema, relevant)):
         # Nothing the walk looks for (references, patterns) nor anything that moves its base URI (ids, anchors)
         # appears anywhere, even as a property name: the walk would find nothing, so skip building the registry.
         return Scan(patterns={})
