@@ -97,6 +97,12 @@ class ToolRefs:
     def __bool__(self) -> bool:
         return bool(self._names)
 
+    def without(self, names: Set[str]) -> ToolRefs:
+        """These references less ``names`` (distinctiveness is per name, so nothing is filtered again)."""
+        out = ToolRefs(frozenset())
+        out._names = self._names - names
+        return out
+
     def absent_from(self, text: str) -> bool:
         """True when no token of ``text`` is one of the names (``apply`` would find nothing)."""
         return not self._names or self._names.isdisjoint(_CANDIDATES.findall(text))
