@@ -40,6 +40,8 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.support.catalogue_corpus import upstream_lists  # noqa: E402
+
 from bastion import catalogue as cat  # noqa: E402
 from bastion.gateway import AllowAll, View  # noqa: E402
 from bastion.logs import configure_logging  # noqa: E402
@@ -51,12 +53,15 @@ from bastion.principal import Principal  # noqa: E402
 from bastion.sanitize.config import SanitizeConfig  # noqa: E402
 from bastion.validation import ValidationConfig  # noqa: E402
 from bastion.views import AuditCatalogueDrops, CompileSchemas, PinTools, SanitizeDefinitions  # noqa: E402
-from tests.support.catalogue_corpus import upstream_lists  # noqa: E402
 
 try:
     from bastion.visibility import ToolListings
 except ImportError:  # a tree from before the listing cache
     ToolListings = None  # type: ignore[assignment,misc]
+
+
+# Logs as a deployment writes them (JSON at info), to nowhere: their CPU counts, their I/O does not.
+DEVNULL = open(os.devnull, "w")  # noqa: SIM115 (for the whole run)
 
 
 class _Audit:
@@ -187,7 +192,7 @@ async def main() -> None:
     parser.add_argument("--page-size", type=int, default=500)
     parser.add_argument("--listings", type=int, default=200)
     args = parser.parse_args()
-    configure_logging("json", "info", stream=open(os.devnull, "w"))  # noqa: SIM115 (for the whole run)
+    configure_logging("json", "info", stream=DEVNULL)
     lists = upstream_lists(args.upstreams, args.tools)
     n = args.upstreams * args.tools
     size = sum(len(orjson.dumps(t)) for up in lists.values() for t in up.tools) / n
