@@ -381,14 +381,20 @@ def _collect(value: Any, out: list[str], depth: int) -> bool:
     elif depth > 2 * MAX_DEPTH:
         return False
     elif isinstance(value, dict):
+        append = out.append
         for key, item in value.items():
             if isinstance(key, str):
-                out.append(key)
-            if not _collect(item, out, depth + 1):
+                append(key)
+            # A string member is appended here rather than in a call of its own (most members are strings).
+            if type(item) is str:
+                append(item)
+            elif not _collect(item, out, depth + 1):
                 return False
     elif isinstance(value, list):
         for item in value:
-            if not _collect(item, out, depth + 1):
+            if type(item) is str:
+                out.append(item)
+            elif not _collect(item, out, depth + 1):
                 return False
     return True
 
