@@ -313,3 +313,20 @@ def test_references_made_by_cleaning_are_still_found() -> None:
     elsewhere = {"name": "t", "description": "nothing here", "inputSchema": {"type": "object", "properties": {
         "x": {"type": "string", "description": "see files__rm"}}}}
     assert "cross_tool_reference" in sanitize_tool_definition(elsewhere, policy(), refs=refs).report.counts
+
+
+def test_clean_schemas_are_shared_not_copied() -> None:
+    tool = {"name": "t", "description": "Lists things.", "inputSchema": {
+        "type": "object", "properties": {"a": {"type": "string", "description": "An a."}}, "required": ["a"]},
+        "outputSchema": {"type": "array", "items": [{"type": "integer"}]}}
+    cleaned = sanitize_tool_definition(tool, policy())
+    assert cleaned.definition == tool
+    assert cleaned.definition["inputSchema"] is tool["inputSchema"]
+    assert cleaned.definition["outputSchema"] is tool["outputSchema"]
+    dirty = {**tool, "inputSchema": {"type": "object", "properties": {
+        "a": {"type": "string", "description": "An a.\u200b"}, "b": {"type": "integer"}}}}
+    out = sanitize_tool_definition(dirty, policy()).definition["inputSchema"]
+    assert out is not dirty["inputSchema"]
+    assert out["properties"]["a"]["description"].startswith("An a.")
+    assert "\u200b" not in out["properties"]["a"]["description"]
+    assert out["properties"]["b"] is dirty["inputSchema"]["properties"]["b"]

@@ -325,23 +325,35 @@ class Walker:
             self.semantic.add("oversize")
             return node
         if isinstance(node, list):
-            return [self.schema(n, f"{where}[{i}]", depth + 1, secret) for i, n in enumerate(node)]
+            items = [self.schema(n, f"{where}[{i}]", depth + 1, secret) for i, n in enumerate(node)]
+            return items if any(a is not b for a, b in zip(items, node, strict=True)) else node
         if not isinstance(node, dict):
             return node
+        # Like ``value``, a node that needed no change comes back as the same object: a clean definition shares
+        # its schemas with what the upstream sent, instead of holding a second copy of every node.
         out: dict[Any, Any] = {}
+        changed = False
         for key, value in node.items():
             path = f"{where}.{key}"
             if key in _SCHEMA_MAPS and isinstance(value, dict):
-                out[key] = {self.keep(name, f"{path}.{name}"):
-                            self.schema(sub, f"{path}.{name}", depth + 1, isinstance(name, str) and secret_key(name))
-                            for name, sub in value.items()}
+                subs = {self.keep(name, f"{path}.{name}"):
+                        self.schema(sub, f"{path}.{name}", depth + 1, isinstance(name, str) and secret_key(name))
+                        for name, sub in value.items()}
+                # ``keep`` returns every name as it was, so only the subschemas can differ.
+                new = subs if any(subs[name] is not sub for name, sub in value.items()) else value
             elif key in _SCHEMA_SUBS:
-                out[key] = self.schema(value, path, depth + 1, False)
+                new = self.schema(value, path, depth + 1, False)
             elif key in _SCHEMA_SEMANTIC or key in _SCHEMA_MAPS:
-                out[key] = self.keep(value, path)
+                new = self.keep(value, path)
             elif key in _SCHEMA_VALUES:
-                out[key] = self.value(value, path, depth + 1, secret)
+                new = self.value(value, path, depth + 1, secret)
             else:
                 new_key = self.text(key, path, KEY_BYTES) if isinstance(key, str) else key
-                out[new_key] = self.value(value, path, depth + 1)
-        return out
+                new = self.value(value, path, depth + 1)
+                if new_key != key:
+                    changed = True
+                    out[new_key] = new
+                    continue
+            changed = changed or new is not value
+            out[key] = new
+        return out if changed else node
