@@ -224,6 +224,8 @@ async def test_without_auth_only_loopback_clients_get_in(tmp_path: Path) -> None
         assert r.status_code == 303
         assert (await browser.get("/")).status_code == 200
         assert door.records("admin.action")[-1]["principal"]["id"] == "loopback-admin"
+        # The loopback admin decides approvals too (the admin API has nobody to authorise without auth).
+        assert 'id="read-only"' not in (await browser.get("/approvals")).text
         app = door.client._transport.app  # type: ignore[attr-defined]
         remote = httpx.ASGITransport(app=app.state.bastion.admin.console.asgi(), client=("192.0.2.7", 5555))
         async with httpx.AsyncClient(transport=remote, base_url="http://127.0.0.1") as other:
