@@ -425,7 +425,7 @@ def create_app(settings: Settings) -> Starlette:
         components.admin = build_console(admin_cfg, AdminSources(
             gateway=gateway, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
             auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
-            sessions=lambda: session_count.get("n"), started_at=components.started_at))
+            sessions=lambda: session_count.get("n"), started_at=components.started_at, approvals=approvals))
     admin = components.admin
 
     async def healthz(request: Request) -> Response:

@@ -562,6 +562,12 @@ def _ms(value: float) -> float:
     return round(value, 3) if math.isfinite(value) and value > 0 else 0.0
 
 
+def logged_arguments(arguments: Any, redact: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Arguments as a record logs them when ``audit.log_arguments`` is on: secret-looking keys masked, strings
+    through ``redact`` and capped. Shared with the admin console, which shows arguments by the same rule."""
+    return _logged_arguments(arguments, redact)
+
+
 def _logged_arguments(arguments: Any, redact: Callable[[str], str] | None) -> dict[str, Any]:
     value = _redact_value(arguments if arguments is not None else {}, redact, None, 0)
     return value if isinstance(value, dict) else {"": value}
