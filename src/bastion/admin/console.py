@@ -32,7 +32,7 @@ from bastion.admin.config import AdminConfig, is_loopback
 from bastion.admin.session import COOKIE, LOGIN_COOKIE, AdminSession, Signer, csrf_ok
 from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
-from bastion.approvals import ApprovalEvent
+from bastion.approvals import ApprovalEvent, NotAnApprover
 from bastion.audit.record import admin_action_record, approval_record, pin_approve_record
 from bastion.errors import AuthenticationError
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
@@ -397,13 +397,12 @@ class Console:
             return await self.approvals(request, session, message=f"{action} refused: {detail}", status=403)
         try:
             pending = await service.get(approval_id) if approval_id else None
-            if pending is not None and "admin" not in pending.via:
-                detail = f"rule {pending.rule_id!r} lets only the calling user decide (approval.via: [user])"
-                await self._audit(session, request, audited, approval_id, "refused", detail)
-                return await self.approvals(request, session, message=f"{action} refused: {detail}", status=403)
             # The same operation as `bastion approvals approve|deny` and the admin API: the first verdict wins.
             verdict = await service.decide(approval_id, action == "approve", by=session.admin, channel="console") \
                 if approval_id else None
+        except NotAnApprover as exc:
+            await self._audit(session, request, audited, approval_id, "refused", str(exc))
+            return await self.approvals(request, session, message=f"{action} refused: {exc}", status=403)
         except (RedisError, OSError) as exc:
             detail = f"the approvals store (Redis) is unavailable: {type(exc).__name__}"
             await self._audit(session, request, audited, approval_id or None, "failed", detail)
