@@ -165,6 +165,10 @@ class McpSession:
                         **(headers or {})}
         self.next_id = 0
 
+    async def request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """One JSON-RPC request on this session; its answer (``result`` or ``error``)."""
+        return await self._request(method, params)
+
     async def _request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
         self.next_id += 1
         body = orjson.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})

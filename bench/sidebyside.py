@@ -181,6 +181,12 @@ class Measured:
 
 
 def measure(running: Sequence[Running], concurrencies: Sequence[int], spec: LoadSpec, rounds: int) -> Measured:
+    # One unmeasured pass over every target first: V8's JIT, CPython's caches and every connection pool are warm
+    # before the first measured window, which would otherwise pay for them alone.
+    for target in running:
+        print(f"priming {target.name} ...", file=sys.stderr, flush=True)
+        asyncio.run(run_load(target.target(), LoadSpec(concurrency=max(concurrencies), duration=spec.warmup or 0.1,
+                                                       warmup=0, arguments=spec.arguments)))
     raw: dict[int, list[Result]] = {c: [] for c in concurrencies}
     for r in range(rounds):
         for c in concurrencies:
