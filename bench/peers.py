@@ -27,11 +27,12 @@ NGINX_PACKAGE = "nginx"
 
 
 def _run(args: list[str], *, cwd: Path | None = None, what: str) -> None:
-    print(f"installing {what}: {' '.join(args)}", file=sys.stderr, flush=True)
+    """``what`` says what the command does ("installing X"), in the progress line and in the error."""
+    print(f"{what}: {' '.join(args)}", file=sys.stderr, flush=True)
     done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=False,
                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     if done.returncode != 0:
-        raise BenchError(f"installing {what} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+        raise BenchError(f"{what} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
 
 
 def ts_upstream_dir() -> Path:
@@ -47,7 +48,7 @@ def ts_upstream_dir() -> Path:
             '{"name": "bastion-bench-ts-upstream", "private": true, "type": "module", "dependencies": '
             f'{{"@modelcontextprotocol/sdk": "{MCP_SDK_VERSION}", "zod": "{ZOD_VERSION}"}}}}\n')
         _run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=where,
-             what=f"@modelcontextprotocol/sdk {MCP_SDK_VERSION}")
+             what=f"installing @modelcontextprotocol/sdk {MCP_SDK_VERSION}")
     shutil.copyfile(BENCH / "upstream_ts.mjs", where / "upstream_ts.mjs")
     return where
 
@@ -66,9 +67,9 @@ def fastmcp_python() -> Path:
     marker = venv / ".installed"  # written last: a venv whose install was interrupted is made again
     if not marker.exists():
         shutil.rmtree(venv, ignore_errors=True)
-        _run([sys.executable, "-m", "venv", str(venv)], what="a virtualenv for FastMCP")
+        _run([sys.executable, "-m", "venv", str(venv)], what="making a virtualenv for FastMCP")
         _run([str(python), "-m", "pip", "install", "--quiet", f"fastmcp=={FASTMCP_VERSION}"],
-             what=f"fastmcp {FASTMCP_VERSION}")
+             what=f"installing fastmcp {FASTMCP_VERSION}")
         marker.write_text(FASTMCP_VERSION + "\n")
     return python
 
@@ -85,8 +86,8 @@ def nginx_binary() -> str:
     apt = shutil.which("apt-get")
     if apt is None:
         raise BenchError("nginx not found and no apt-get to install it with")
-    _run([apt, "update", "-qq"], what="the package lists")
-    _run([apt, "install", "-y", "-qq", NGINX_PACKAGE], what=f"the Debian package {NGINX_PACKAGE}")
+    _run([apt, "update", "-qq"], what="updating the package lists")
+    _run([apt, "install", "-y", "-qq", NGINX_PACKAGE], what=f"installing the Debian package {NGINX_PACKAGE}")
     found = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.access(found, os.X_OK):
         raise BenchError(f"{NGINX_PACKAGE} installed, but no nginx binary found")
