@@ -12,7 +12,7 @@ sits in front of it, what the benchmark measures is bastion.
 ``--structured`` gives ``echo`` an ``outputSchema`` and its results a ``structuredContent`` (as the TypeScript
 upstream of ``sidebyside.py`` does), so a gateway's output validation has work to do. ``--tools N`` lists N tools
 (``echo`` and N-1 generated ones of about 1.3 KB each, half ``*_read`` and half ``*_write``), for
-``catalogue_scale.py``; the generated tools answer like ``echo``.
+``catalogue_scale.py``. The generated tools are there to be listed; a call to one answers as ``echo`` does.
 
 The ``sdk`` implementation is the ``mcp`` package's ``MCPServer`` with JSON responses; it costs milliseconds of
 CPU per call and shows what a real Python upstream adds.
