@@ -189,7 +189,8 @@ def run_gateway(work: Path, cpus: Cpus, *, name: str, upstream_url: str, args: a
         wait_ready(f"http://127.0.0.1:{port}/readyz", proc, log)
         result = None
         if listing:
-            visible = expected if policy == "none" else expected // 2
+            # upstream_fast.py names its odd-numbered generated tools *_read: tools // 2 of each upstream's.
+            visible = expected if policy == "none" else args.upstreams * (tools_per_upstream // 2)
             result = asyncio.run(load_listings(f"http://127.0.0.1:{port}/mcp", key.headers, proc.pid, visible,
                                                duration=args.duration, warmup=args.warmup))
     return build, result

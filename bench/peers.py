@@ -125,6 +125,7 @@ http {{
     location / {{
       proxy_pass http://mcp;
       proxy_http_version 1.1;
+      proxy_set_header Host $http_host;
       proxy_set_header Connection "";
       proxy_buffering off;
     }}

@@ -317,6 +317,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each run (default: 2)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds, pooled (default: 2)")
     parser.add_argument("--cpus", help="LOADGEN:SERVERS CPUs, e.g. 0:1 (the default on 2+ CPUs), or none")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="write configs, server logs and audit files here and keep them (default: a temp dir)")
     args = parser.parse_args(argv)
     args.target_names = [t.strip() for t in args.targets.split(",") if t.strip()]
     unknown = sorted(set(args.target_names) - set(TARGETS))
@@ -337,7 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpus = Cpus.parse(args.cpus) if args.cpus else Cpus.default()
         # Installs come first, so that a missing peer fails before anything runs.
         with ExitStack() as stack:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bastion-sidebyside-")))
+            work = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bastion-sidebyside-")))
+            work.mkdir(parents=True, exist_ok=True)
             running, versions = start_all(stack, args.target_names, upstream=args.upstream, cpus=cpus, work=work)
             cpus.pin_loadgen()
             spec = LoadSpec(duration=args.duration, warmup=args.warmup)

@@ -1,9 +1,9 @@
-"""The side-by-side and catalogue-at-scale benchmarks run end to end, in a smoke mode, so that they cannot rot.
+"""The side-by-side benchmark runs end to end, in a smoke mode, so that it cannot rot.
 
 Only bastion's three configurations and the direct target, against the bespoke Python upstream (nginx, FastMCP and
 the TypeScript SDK would be installed on first use: not something a test should do), for a fraction of a second
-per run. Nothing here asserts on timing: only that every call and listing was made and answered without error,
-and that the tables have the rows and columns the docs quote.
+per run. Nothing here asserts on timing: only that calls were made and answered without error, and that the
+tables have the rows and columns the docs quote.
 """
 
 from __future__ import annotations
@@ -15,35 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
+
+from tests.bench.markdown import tables
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 NUMBER = re.compile(r"-?\d+\.\d+")
 
 
-@pytest.fixture
-def bench_modules(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import each other as top-level modules
-
-
 def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300, check=False)
-
-
-def tables(stdout: str) -> list[list[list[str]]]:
-    """Every Markdown table of the output, as rows of cells (header row first, the separator left out)."""
-    found: list[list[list[str]]] = []
-    current: list[list[str]] = []
-    for line in [*stdout.splitlines(), ""]:
-        if line.startswith("|"):
-            if not line.startswith("|---"):
-                current.append([c.strip() for c in line.strip().strip("|").split("|")])
-        elif current:
-            found.append(current)
-            current = []
-    return found
 
 
 def test_sidebyside_runs_bastion_and_direct_at_two_concurrencies() -> None:
@@ -81,36 +63,6 @@ def test_sidebyside_refuses_an_unknown_target() -> None:
     done = run("sidebyside.py", "--targets", "direct,haproxy")
     assert done.returncode == 2
     assert "unknown ['haproxy']" in done.stderr
-
-
-def test_catalogue_scale_builds_and_lists_with_and_without_a_policy() -> None:
-    done = run("catalogue_scale.py", "--upstreams", "2", "--tools", "6", "--page-size", "5", "--duration", "0.3",
-               "--warmup", "0")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Catalogue: 2 HTTP upstreams x 6 tools = 12 tools" in done.stdout
-    (header, *rows), = tables(done.stdout)
-    by_case = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
-    assert list(by_case) == ["none (all tools)", "half (`*_read` only)"]
-    # 12 tools in pages of 5; the policy lets the caller see the 6 read tools (echo is not one of them).
-    assert (by_case["none (all tools)"]["tools visible"], by_case["none (all tools)"]["pages"]) == ("12", "3")
-    assert (by_case["half (`*_read` only)"]["tools visible"], by_case["half (`*_read` only)"]["pages"]) == ("6", "2")
-    for case, row in by_case.items():
-        assert row["errors"] == "0", case
-        assert int(row["listings"]) > 0, case
-        assert NUMBER.fullmatch(row["listing CPU ms"]), case
-
-
-def test_generated_tools_are_the_size_the_scenario_claims(bench_modules: None) -> None:
-    from upstream_fast import Catalogue, answer
-
-    catalogue = Catalogue.build(tools=100)
-    names = [tool["name"] for tool in catalogue.tools]
-    assert len(set(names)) == 100 and names[0] == "echo"
-    assert sum(name.endswith("_read") for name in names) == 50
-    sizes = [len(orjson.dumps({**tool, "name": f"u00__{tool['name']}"})) for tool in catalogue.tools[1:]]
-    assert min(sizes) >= 1200 and max(sizes) <= 1400
-    status, body, _ = answer({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, catalogue)
-    assert status == 200 and len(orjson.loads(body)["result"]["tools"]) == 100
 
 
 def test_structured_echo_answers_with_structured_content(bench_modules: None) -> None:
