@@ -33,6 +33,7 @@ __all__ = [
     "SET_LEVEL",
     "TOOLS_CALL",
     "TOOLS_LIST",
+    "TOOLS_LIST_CHANGED",
     "list_changed",
 ]
 
@@ -75,7 +76,8 @@ def list_changed(kind: str) -> str:
     return f"notifications/{kind}/list_changed"
 
 
-LIST_CHANGES = (list_changed("tools"), list_changed("prompts"), list_changed("resources"))
+TOOLS_LIST_CHANGED = list_changed("tools")
+LIST_CHANGES = (TOOLS_LIST_CHANGED, list_changed("prompts"), list_changed("resources"))
 
 # Requests of the handshake era that 2026-07-28 removed: no ping (no session to keep alive), log levels per request
 # in ``_meta``, resource subscriptions through ``subscriptions/listen``.

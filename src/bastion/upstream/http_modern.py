@@ -21,6 +21,7 @@ import structlog
 
 from bastion import __version__
 from bastion.errors import HEADER_MISMATCH, UpstreamRpcError, UpstreamUnavailable
+from bastion.protocol.methods import DISCOVER, LISTEN
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.headers import request_headers
@@ -48,9 +49,6 @@ from bastion.upstream.supervisor import Backoff
 __all__ = ["ModernHttpUpstream"]
 
 log = structlog.get_logger("bastion.upstream")
-
-DISCOVER = "server/discover"
-LISTEN = "subscriptions/listen"
 
 
 async def _ignore(method: str, params: Mapping[str, Any]) -> None:
