@@ -85,8 +85,7 @@ class McpEndpoint:
         gateway.change_listeners.append(self._announce)
         gateway.resource_listeners.append(self.listeners.resource_updated)
 
-
-    # The parts behind the door, built on first use from the constructor's collaborators.
+    # The rooms behind the door, each built on first use from the collaborators the constructor took.
 
     @cached_property
     def _responder(self) -> Responder:
