@@ -9,6 +9,8 @@ must agree on every version string, ``_meta`` key and method name, so each is de
 - ``meta``: the ``io.modelcontextprotocol/*`` keys of a message's ``_meta``.
 - ``methods``: method and notification names, the log levels, and what the 2026-07-28 revision dropped or added.
 - ``messages``: ``TypedDict`` shapes of the messages bastion reads field by field.
+- ``headers``: the 2026-07-28 request-metadata headers: names, valid ``x-mcp-header`` annotations, the sentinel.
 
-Nothing here imports from the rest of bastion, so any layer may import it.
+Nothing here imports from the rest of bastion, so any layer may import it; what each side *does* with these
+(shaping, checking, relaying) stays in ``server/`` and ``upstream/``.
 """
