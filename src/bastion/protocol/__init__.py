@@ -1,4 +1,4 @@
-"""The MCP protocol as bastion speaks it on both sides: constants and wire shapes, no behaviour.
+"""The MCP protocol as bastion speaks it on both sides: constants, wire shapes and the pure rules both share.
 
 bastion is a server to its clients (``bastion.server``) and a client to its upstreams (``bastion.upstream``), in
 both eras of the protocol: the session-based revisions (2024-11-05 … 2025-11-25, opened by ``initialize``) and the
