@@ -9,8 +9,8 @@ upstream's URIs are public as ``<prefix>+<uri>`` (``bastion.catalogue``). Two di
 - **out**: URIs inside what an upstream returns (read contents, links and embedded resources in tool results) get
   their public form, so a client that follows them is routed back to the same upstream.
 
-Subscriptions are per upstream resource, shared by every session and listen stream of this replica that wants it:
-bastion subscribes upstream on the first subscriber and unsubscribes when the last one is gone.
+An upstream subscription is shared by every session and listen stream of this replica that wants the resource:
+bastion subscribes upstream for each subscriber, and unsubscribes only once nobody here wants it any more.
 
 Kept apart from the method table (``server/dispatch.py``) because the listen stream of 2026-07-28
 (``server/modern.py``) subscribes through it too, outside any method.
