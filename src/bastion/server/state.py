@@ -32,14 +32,15 @@ import orjson
 
 from bastion.errors import ConfigError, InvalidParams
 
-__all__ = ["InvalidRequestState", "RoundTrip", "StateConfig", "StateSealer", "request_digest"]
+__all__ = ["ROUND_FIELDS", "InvalidRequestState", "RoundTrip", "StateConfig", "StateSealer", "request_digest"]
 
 FORMAT_TAG = "bastion.rs1."
 ENV_KEY = "BASTION_STATE_KEY"
 MIN_KEY_BYTES = 32
 DEFAULT_TTL_S = 600.0
-# Fields of a retried request that change between rounds; everything else must be the original request.
-_ROUND_FIELDS = frozenset({"_meta", "inputResponses", "requestState"})
+# Fields of a retried request that change between rounds; everything else must be the original request. They are
+# also the fields bastion rebuilds for the upstream rather than copies (its envelope and the per-round fields).
+ROUND_FIELDS = frozenset({"_meta", "inputResponses", "requestState"})
 
 
 class InvalidRequestState(InvalidParams):
@@ -91,7 +92,7 @@ class RoundTrip:
 
 def request_digest(method: str, target: str, params: Mapping[str, Any]) -> str:
     """A digest of the original request: method, public name or URI, and every field but the per-round ones."""
-    stable = {k: v for k, v in params.items() if k not in _ROUND_FIELDS}
+    stable = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
     blob = orjson.dumps([method, target, stable], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()[:32]
 
