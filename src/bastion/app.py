@@ -71,6 +71,7 @@ from bastion.server.http import McpEndpoint
 from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
 from bastion.server.redis_sessions import RedisSessionStore
 from bastion.server.refusals import RefusalReporter
+from bastion.server.session_cache import CachedSessionStore
 from bastion.server.session_fallback import FallbackSessionStore
 from bastion.server.session_sweep import IndexedRedisSessions, SessionSweeper, SweptStore
 from bastion.server.sessions import MemorySessionStore, SessionData
@@ -297,12 +298,17 @@ def create_app(settings: Settings) -> Starlette:
         await audit_log.emit(session_end(data, "shutdown"))
 
     # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
-    # server/session_fallback.py for the trade-off). The index around it lets expiries be seen and claimed.
+    # server/session_fallback.py for the trade-off). In front of it, the sessions Redis confirmed within the last
+    # second are served without a round trip, their touches written behind (server/session_cache.py: a DELETE
+    # through another replica takes effect here within that second). The index around it all lets expiries be
+    # seen and claimed.
     store: SweptStore = IndexedRedisSessions(
-        FallbackSessionStore(
-            RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s),
-            idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions,
-            on_event=metrics.session_fallback),
+        CachedSessionStore(
+            FallbackSessionStore(
+                RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s),
+                idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions,
+                on_event=metrics.session_fallback),
+            idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions),
         redis_client, on_expired=session_expired) \
         if redis_client is not None else \
         MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions,
@@ -510,7 +516,7 @@ def create_app(settings: Settings) -> Starlette:
             await http.aclose()
             # Last: spans of the calls drained above are exported (bounded by the exporter's own timeout).
             await asyncio.to_thread(tracing.shutdown)
-            if isinstance(store, FallbackSessionStore):
+            if isinstance(store, IndexedRedisSessions):
                 await store.aclose()
             if redis_clients is not None:
                 await redis_clients.aclose()

@@ -63,8 +63,9 @@ async def test_batches_respect_rotation_and_keep_order(tmp_path: Path) -> None:
     sink = FileSink(path, max_bytes=line_len * 10, backups=100)
     await asyncio.gather(*(sink.write(_rec(0, 100 + i)) for i in range(95)))
     await sink.close()
-    files = sorted((p for p in tmp_path.iterdir() if p.name != "audit.jsonl"),
-                   key=lambda p: -int(p.name.rsplit(".", 1)[1])) + [path]
+    backups = sorted((p for p in tmp_path.iterdir() if p.name != "audit.jsonl"),
+                     key=lambda p: -int(p.name.rsplit(".", 1)[1]))
+    files = [*backups, path]
     for f in files:
         assert f.stat().st_size <= line_len * 10
     assert [r["seq"] for r in _records(*files)] == [100 + i for i in range(95)]
