@@ -124,3 +124,15 @@ def test_listen_http_limits_are_validated(tmp_path: Path, extra: str, path: str)
     with pytest.raises(ConfigError) as info:
         load(BASE + "listen:\n" + extra, tmp_path)
     assert info.value.path == path or path in str(info.value)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 1.0), ("500ms", 0.5), ("0", 0.0), (0, 0.0), ("2s", 2.0)])
+def test_sessions_cache_is_a_duration_and_0_turns_it_off(tmp_path: Path, value: object, seconds: float) -> None:
+    text = BASE if value is None else BASE + f"sessions:\n  cache: {value!r}\n".replace("'", '"')
+    assert load(text, tmp_path).sessions.cache_s == seconds
+
+
+def test_sessions_cache_cannot_be_negative(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(BASE + "sessions:\n  cache: -1\n", tmp_path)
+    assert info.value.path == "sessions.cache"

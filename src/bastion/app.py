@@ -71,9 +71,10 @@ from bastion.server.http import McpEndpoint
 from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
 from bastion.server.redis_sessions import RedisSessionStore
 from bastion.server.refusals import RefusalReporter
+from bastion.server.session_cache import CachedSessionStore
 from bastion.server.session_fallback import FallbackSessionStore
 from bastion.server.session_sweep import IndexedRedisSessions, SessionSweeper, SweptStore
-from bastion.server.sessions import MemorySessionStore, SessionData
+from bastion.server.sessions import MemorySessionStore, SessionData, SessionStore
 from bastion.server.state import StateSealer
 from bastion.settings import Settings
 from bastion.tracing import build_tracing
@@ -135,6 +136,24 @@ class AuditSoon:
         """Wait for the records scheduled so far (at shutdown, before the sinks close)."""
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+
+
+def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: Metrics,
+                    on_expired: Callable[[SessionData], None]) -> IndexedRedisSessions:
+    """The Redis session store, layered: index (expiries claimed once) > cache > fallback > Redis."""
+    cfg = settings.sessions
+    # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
+    # server/session_fallback.py for the trade-off).
+    fallback = FallbackSessionStore(
+        RedisSessionStore(redis_client, idle_timeout_s=cfg.idle_timeout_s),
+        idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, on_event=metrics.session_fallback)
+    # In front of it, the sessions Redis confirmed within ``sessions.cache`` are served without a round trip, their
+    # touches written behind (server/session_cache.py: a DELETE through another replica takes effect here within
+    # that time).
+    store: SessionStore = fallback if cfg.cache_s <= 0 else CachedSessionStore(
+        fallback, idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, trust_s=cfg.cache_s)
+    # The index around it all lets expiries be seen and claimed.
+    return IndexedRedisSessions(store, redis_client, on_expired=on_expired)
 
 
 def _policy(settings: Settings, audit_soon: AuditSoon,
@@ -296,14 +315,7 @@ def create_app(settings: Settings) -> Starlette:
         metrics.session_closed()
         await audit_log.emit(session_end(data, "shutdown"))
 
-    # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
-    # server/session_fallback.py for the trade-off). The index around it lets expiries be seen and claimed.
-    store: SweptStore = IndexedRedisSessions(
-        FallbackSessionStore(
-            RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s),
-            idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions,
-            on_event=metrics.session_fallback),
-        redis_client, on_expired=session_expired) \
+    store: SweptStore = _redis_sessions(settings, redis_client, metrics, session_expired) \
         if redis_client is not None else \
         MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions,
                            on_expired=session_expired)
@@ -510,7 +522,7 @@ def create_app(settings: Settings) -> Starlette:
             await http.aclose()
             # Last: spans of the calls drained above are exported (bounded by the exporter's own timeout).
             await asyncio.to_thread(tracing.shutdown)
-            if isinstance(store, FallbackSessionStore):
+            if isinstance(store, IndexedRedisSessions):
                 await store.aclose()
             if redis_clients is not None:
                 await redis_clients.aclose()

@@ -75,6 +75,9 @@ class SessionsConfig:
     max_sessions: int = 10_000
     # How often expired sessions are looked for (each gets its session.end record and leaves the gauge).
     sweep_interval_s: float = 30.0
+    # With Redis: how long a replica serves a session Redis confirmed without asking again (server/session_cache.py;
+    # also the bound for a DELETE through another replica to take effect here). 0: ask Redis on every request.
+    cache_s: float = 1.0
     # requestState sealing for multi round-trip requests (server/state.py); replicas need one shared key.
     state: StateConfig = field(default_factory=StateConfig)
 
@@ -238,13 +241,14 @@ def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
 
 
 def _sessions(data: Mapping[str, Any], env: Mapping[str, str]) -> SessionsConfig:
-    check_keys(data, {"idle_timeout", "max_sessions", "sweep_interval", "state_key", "state_ttl"}, "sessions")
+    check_keys(data, {"idle_timeout", "max_sessions", "sweep_interval", "cache", "state_key", "state_ttl"}, "sessions")
     if isinstance(data.get("state_key"), str):
         data = {**data, "state_key": expand_env(data["state_key"], "sessions.state_key", env)}
     return SessionsConfig(
         idle_timeout_s=parse_duration(data.get("idle_timeout", 3600), "sessions.idle_timeout"),
         max_sessions=as_int(data.get("max_sessions", 10_000), "sessions.max_sessions", minimum=1),
         sweep_interval_s=parse_duration(data.get("sweep_interval", 30), "sessions.sweep_interval"),
+        cache_s=parse_duration(data.get("cache", 1), "sessions.cache", allow_zero=True),
         state=StateConfig.from_mapping(data, "sessions", environ=env),
     )
 
