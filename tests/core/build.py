@@ -50,8 +50,9 @@ from bastion.server.emitter import Emitter, NullEmitter
 from bastion.server.sessions import MemorySessionStore
 from bastion.server.state import StateSealer
 from bastion.settings import Settings, loads
-from bastion.validation import ValidationConfig
-from bastion.views import AuditCatalogueDrops, CompileSchemas, PinTools, SanitizeDefinitions
+from bastion.tool import ToolEntry
+from bastion.validation import ToolValidators, ValidationConfig
+from bastion.views import AuditCatalogueDrops, CompileSchemas, PinTools, SanitizeDefinitions, validators_for
 from tests.support.memory_upstream import MemoryUpstream
 
 ALICE = Principal(id="alice", groups=frozenset({"eng"}), auth_method="api_key")
@@ -179,6 +180,11 @@ def gateway(config: Settings, steps: Sequence[ViewStep] = (), *, access: AccessC
     gw = Gateway(config, store=MemorySessionStore(60.0, 100), access=access)
     gw.view_steps.extend(steps)
     return gw
+
+
+def validators_of(gw: Gateway) -> Callable[[ToolEntry], ToolValidators | None]:
+    """How the schema guards find a tool's compiled validators in whatever view is current."""
+    return validators_for(lambda: gw.view)
 
 
 def on_change(gw: Gateway, listener: ChangeListener) -> None:

@@ -156,7 +156,7 @@ class Hook:
     async def __call__(self, ctx: CallContext, record: CallRecord, outcome: str, result: dict[str, Any] | None,
                        total_ms: float, *, error: BaseException | None = None) -> None:
         self.calls.append(Audited(outcome, dataclasses.replace(record), result, error))
-        await self._auditor(ctx, record, outcome, result, total_ms, error=error)  # type: ignore[arg-type]
+        await self._auditor(ctx, record, outcome, result, total_ms, error=error)
         if self._bug:
             raise RuntimeError("a hook that is not total")
 

@@ -29,7 +29,7 @@ async def test_closing_the_health_monitor_right_after_a_failure_returns() -> Non
     await asyncio.sleep(0.01)  # the watcher now waits for its wake-up event
     monitor.failed("notes", "a call found it unreachable")  # sets the event: the watcher resumes next iteration
     closing = asyncio.create_task(monitor.close())  # scheduled after that wake-up, in the same iteration
-    done, _ = await asyncio.wait([closing], timeout=2)
+    done, _ = await asyncio.wait([closing], timeout=0.5)
     if not done:
         # The first cancellation was lost; a second one, at a clean point, ends the watcher so nothing leaks.
         await monitor.close()
