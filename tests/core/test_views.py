@@ -196,3 +196,14 @@ rules:
     assert [t.public_name for t in gw.visible_tools(ALICE)] == ["files__read", "files__rm", "notes__add"]
     assert [t.public_name for t in gw.visible_tools(BOB)] == ["files__read"]
     assert gw.may_see_upstream(BOB, "files") and not gw.may_see_upstream(BOB, "notes")
+
+
+async def test_periodic_refreshes_through_the_pool_audit_findings_and_drops_once() -> None:
+    async with build.running_core(notes(ADD, HOSTILE, STEER), files()) as core:
+        first = [(d["event"], d["item"]) for d in core.sink.docs if d["event"] != "tools.list"]
+        assert ("definition.finding", "steer") in first and ("catalogue.drop", "hostile") in first
+        for _ in range(3):
+            await core.refresh()
+        again = [(d["event"], d["item"]) for d in core.sink.docs if d["event"] != "tools.list"]
+        assert again == first
+        assert core.changes == []
