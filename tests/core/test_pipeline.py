@@ -44,6 +44,8 @@ from bastion.errors import (
 from bastion.pipeline import CallContext, CallRecord, RequestGuard, ResponseGuard
 from bastion.policy.guard import PolicyGuard
 from bastion.quarantine import QuarantineGuard
+from bastion.ratelimit import RateLimitConfig, build_limiter
+from bastion.ratelimit.guard import RateLimitGuard
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
 from bastion.sanitize.shape import ResultShapeGuard
@@ -521,3 +523,37 @@ async def test_a_required_audit_that_fails_does_not_swallow_a_cancellation() -> 
     with pytest.raises(asyncio.CancelledError):
         await task
     assert len(hook.calls) == 1
+
+
+async def test_a_concurrency_lease_is_given_back_however_the_call_ends() -> None:
+    """The real clean-up: the rate-limit guard's concurrency lease (max 1 in flight) on the pipeline's stack."""
+    holder = build.policy("""
+version: 1
+rules:
+  - id: one-at-a-time
+    effect: allow
+    principals: {groups: [eng]}
+    concurrency: [{name: one-add, max: 1, per: principal}]
+""")
+    limiter = build_limiter(RateLimitConfig(), None)
+    hook = Hook()
+    pipe = build.pipeline([PolicyGuard(holder), RateLimitGuard(limiter, RateLimitConfig()), input_schema()],
+                          responses(), hook)
+    entered = asyncio.Event()
+
+    async def hang(ctx: CallContext, record: CallRecord) -> dict[str, Any]:
+        entered.set()
+        await asyncio.Event().wait()
+        return dict(OK)
+
+    held = asyncio.create_task(pipe.run(context(), hang))
+    await entered.wait()
+    with pytest.raises(RateLimited):  # the one slot is taken
+        await pipe.run(context(), Forward(returns(OK)))
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
+    assert (await pipe.run(context({"a": "x"}), Forward(returns(OK))))["isError"] is True  # invalid input
+    assert await pipe.run(context(), Forward(returns(OK))) == OK  # the slot came back each time
+    assert [a.outcome for a in hook.calls] == ["rate_limited", "client_disconnected", "invalid_input", "allowed"]
+    await limiter.aclose()
