@@ -13,7 +13,6 @@ subprocesses.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -309,10 +308,6 @@ async def running_core(*upstreams: MemoryUpstream, policy_text: str | None = Non
     try:
         yield core
     finally:
-        # Let a health watcher woken by the test's last call resume before it is cancelled: on Python 3.11,
-        # cancelling it in that window is swallowed by asyncio.wait_for and close() never returns (the bug
-        # test_shutdown.py keeps as a strict xfail). Without this, a test ending on an upstream failure hangs.
-        await asyncio.sleep(0.01)
         await pool.close()
         await limiter.aclose()
         await approvals.aclose()

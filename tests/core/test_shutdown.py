@@ -1,22 +1,17 @@
-"""Shutting the core down: every background task the pool started ends when it is closed, whatever it was doing."""
+"""Shutting the core down: every background task the pool started ends when it is closed, whatever it was doing.
+
+The regression this guards: with ``asyncio.wait_for`` (now banned in src/ by ruff's TID251), Python 3.11 swallowed
+a cancellation that arrived after the awaited event fired but before wait_for resumed (CPython gh-86296), so the
+health watcher looped on and ``close()``, hence the app's shutdown, never returned."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
-
-import pytest
 
 from bastion.errors import UpstreamUnavailable
 from bastion.health import HealthConfig, HealthMonitor
 
 
-@pytest.mark.xfail(sys.version_info < (3, 12), strict=True,
-                   reason="bug on Python 3.11 (the Docker image's): HealthMonitor._watch waits with asyncio.wait_for, "
-                          "which swallows a cancellation that arrives after the awaited event fired but before "
-                          "wait_for resumed (CPython gh-86296, fixed in 3.12); the watcher then loops on and "
-                          "HealthMonitor.close(), hence UpstreamPool.close() and the app's shutdown, never return. "
-                          "UpstreamPool._refresher waits the same way")
 async def test_closing_the_health_monitor_right_after_a_failure_returns() -> None:
     monitor = HealthMonitor(["notes"], HealthConfig())
 

@@ -52,7 +52,8 @@ class StreamEmitter:
         self._live.pending[rid] = fut
         try:
             await self._queue.put(jsonrpc.request(rid, method, params))
-            answer = await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                answer = await fut
         except TimeoutError:
             raise ProtocolError(INTERNAL_ERROR, f"the client did not answer {method} in time") from None
         finally:
