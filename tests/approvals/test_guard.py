@@ -10,8 +10,8 @@ from bastion.approvals import ApprovalsConfig, ApprovalService
 from bastion.approvals.guard import ApprovalGuard, elicitation_params, verdict_of_elicitation
 from bastion.approvals.model import PendingApproval, summarize
 from bastion.approvals.store import RedisApprovalStore
+from bastion.call import CallRecord
 from bastion.errors import ToolError
-from bastion.pipeline import CallRecord
 from bastion.policy.model import ApprovalSpec
 from bastion.redisconn import SHARED, open_client
 from tests.audit.helpers import context

@@ -7,8 +7,8 @@ from contextlib import AsyncExitStack
 import pytest
 from redis.asyncio import Redis
 
+from bastion.call import CallContext, CallRecord, RequestGuard
 from bastion.errors import LimiterUnavailable, RateLimited
-from bastion.pipeline import CallContext, CallRecord, RequestGuard
 from bastion.principal import Principal
 from bastion.ratelimit import RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard

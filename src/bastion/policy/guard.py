@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from contextlib import AsyncExitStack
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import PolicyDenied, UnknownTool
 from bastion.flow.context import load_history
 from bastion.flow.store import FlowStore
-from bastion.pipeline import CallContext, CallRecord
 from bastion.policy.decide import PolicySet
 from bastion.policy.flow import FlowHistory, flow_audit
 from bastion.principal import Principal

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from typing import TypeVar
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import LimiterUnavailable, RateLimited
-from bastion.pipeline import CallContext, CallRecord
 from bastion.ratelimit.config import RateLimitConfig
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.keys import bucket_key
