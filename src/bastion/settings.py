@@ -492,7 +492,8 @@ def load(path: str | Path | None = None, *, env: Mapping[str, str] | None = None
     if not chosen:
         raise ConfigError(f"no config file given (use --config or set {DEFAULT_CONFIG_ENV})")
     file = Path(chosen)
-    doc = load_yaml_file(file)
+    # A config file may share blocks through anchors and aliases (policy files may not: see yamlfile).
+    doc = load_yaml_file(file, aliases=True)
     try:
         return parse(doc.data, source=str(file), base_dir=file.resolve().parent, env=env)
     except ConfigError as exc:
@@ -501,7 +502,7 @@ def load(path: str | Path | None = None, *, env: Mapping[str, str] | None = None
 
 def loads(text: str, *, source: str = "<config>", base_dir: Path | None = None,
           env: Mapping[str, str] | None = None) -> Settings:
-    doc = load_yaml_text(text, source)
+    doc = load_yaml_text(text, source, aliases=True)
     try:
         return parse(doc.data, source=source, base_dir=base_dir or Path.cwd(), env=env)
     except ConfigError as exc:
