@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from bastion.outcome import Outcome
-from bastion.policy.model import ApprovalSpec
 from bastion.principal import Principal
-from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 from bastion.tool import ToolEntry
 
-__all__ = ["ApprovalRound", "AskClient", "AuditHook", "CallContext", "CallRecord", "Era", "Forward", "Outcome",
-           "RequestGuard", "ResponseGuard"]
+__all__ = ["ApprovalRound", "AskClient", "AuditHook", "CallContext", "CallRecord", "Era", "Forward", "Handoff",
+           "Outcome", "RequestGuard", "ResponseGuard"]
+
+T = TypeVar("T")
 
 Era = Literal["legacy", "modern"]
 # Sends a request to the calling client and returns its result (method, params, timeout in seconds); raises a
@@ -66,6 +66,24 @@ class ApprovalRound:
     approved_rule: str | None = None
 
 
+class Handoff(Generic[T]):
+    """A typed place on a ``CallRecord`` for what one guard decides and a later guard acts on.
+
+    The feature declares its own key (``ratelimit.model.ALLOWANCE``: the limits the policy attached to the call;
+    ``policy.model.APPROVAL``: the approve rule holding it), so the call model needs none of the features' types.
+    ``record.put(KEY, value)``; ``record.get(KEY)`` is the key's default until a guard put a value.
+    """
+
+    __slots__ = ("default", "name")
+
+    def __init__(self, name: str, default: T) -> None:
+        self.name = name
+        self.default = default
+
+    def __repr__(self) -> str:
+        return f"Handoff({self.name!r})"
+
+
 @dataclass(slots=True)
 class CallRecord:
     """What happened to one call, filled in as it goes; the audit record is built from it.
@@ -84,19 +102,23 @@ class CallRecord:
     sanitize: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     upstream_ms: float | None = None
-    # Set by the policy guard for the rate-limit guard: the limits attached to the rules that allowed the call,
-    # and the tool's cost weight. Carried here (not recomputed) so both guards see one decision.
-    limits: tuple[RateLimitSpec, ...] = ()
-    concurrency: tuple[ConcurrencySpec, ...] = ()
-    cost: int = 1
     # What went wrong that is not the call's own outcome (a guard that failed unexpectedly): kept in the record.
     audit_error: str | None = None
-    # Set by the policy guard when an ``effect: approve`` rule holds the call; ``approval`` is what the approval
-    # guard records of it (id, outcome, channel, by whom, how long it waited) for the audit record.
-    approval_spec: ApprovalSpec | None = None
+    # What the approval guard records of an approval (id, outcome, channel, by whom, how long it waited) for the
+    # audit record.
     approval: dict[str, Any] | None = None
     # 2026-07-28: the elicitation bastion asks the client in an ``input_required`` result instead of forwarding.
     approval_question: dict[str, Any] | None = None
+    # What one guard leaves for a later one (see ``Handoff``): carried here, not recomputed, so both act on one
+    # decision.
+    handoffs: dict[Handoff[Any], Any] = field(default_factory=dict)
+
+    def put(self, key: Handoff[T], value: T) -> None:
+        self.handoffs[key] = value
+
+    def get(self, key: Handoff[T]) -> T:
+        value: T = self.handoffs.get(key, key.default)
+        return value
 
 
 class RequestGuard(Protocol):

@@ -24,7 +24,7 @@ from bastion.approvals.service import ApprovalService, ApprovalsFull, UserAsk
 from bastion.call import AskClient, CallContext, CallRecord
 from bastion.errors import BastionError, ToolError
 from bastion.outcome import Outcome
-from bastion.policy.model import ApprovalSpec
+from bastion.policy.model import APPROVAL, ApprovalSpec
 
 # What a session-remembered yes is worth at most: a session idles out long before in practice.
 REMEMBER_TTL_S = 24 * 3600.0
@@ -71,7 +71,7 @@ class ApprovalGuard:
         self._on_outcome = on_outcome
 
     async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
-        spec = record.approval_spec
+        spec = record.get(APPROVAL)
         if spec is None:
             return
         rule_id = record.rule_id or ""
