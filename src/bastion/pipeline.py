@@ -6,7 +6,10 @@ the response guards in order (each may transform the result). Whatever happens, 
 audit record from the ``CallRecord`` that guards annotate along the way.
 
 A flat list rather than an onion of middlewares: every guard visibly runs, the whole order fits on one screen,
-and no guard can forget to call the next one.
+and no guard can forget to call the next one. The runner knows no guard by name: what a stopped call counts as
+(its ``Outcome``) is said by the error that stopped it (``RequestError.outcome``, see ``outcome_of``), so a new
+guard brings its errors and needs no edit here. The model it runs on (context, record, guard shapes) is
+``bastion.call``.
 """
 
 from __future__ import annotations
