@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -18,7 +19,7 @@ from bastion.health.config import HealthConfig
 from bastion.pinning import PinningConfig
 from bastion.ratelimit.config import RateLimitConfig
 from bastion.sanitize.config import SanitizeConfig
-from bastion.sections import SECTION_NAMES
+from bastion.sections import SECTION_NAMES, SectionName
 from bastion.tracing.config import TracingConfig
 from bastion.validation import ValidationConfig
 
@@ -45,7 +46,7 @@ def test_every_feature_section_has_its_type_and_defaults_when_left_out(tmp_path:
     types = {"auth": AuthConfig, "audit": AuditConfig, "rate_limits": RateLimitConfig,
              "validation": ValidationConfig, "sanitize": SanitizeConfig, "pinning": PinningConfig,
              "health": HealthConfig, "admin": AdminConfig, "tracing": TracingConfig, "approvals": ApprovalsConfig}
-    assert set(types) == SECTION_NAMES
+    assert set(types) == SECTION_NAMES == set(get_args(SectionName))
     for name, kind in types.items():
         assert type(cfg.section(name)) is kind, name  # type: ignore[call-overload]
     assert cfg.section("approvals") == ApprovalsConfig()
