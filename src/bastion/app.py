@@ -42,6 +42,7 @@ from bastion.audit.record import (
 )
 from bastion.auth import build_authenticator, metadata_paths, protected_resource_metadata
 from bastion.auth.config import AuthConfig
+from bastion.call import AuditHook, RequestGuard, ResponseGuard
 from bastion.errors import AuthenticationError
 from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore
 from bastion.gateway import Gateway
@@ -51,7 +52,7 @@ from bastion.pinning import Pinning, PinningConfig, open_store
 from bastion.pinning.service import StoreState
 from bastion.pinning.store import PinStore, RedisPinStore
 from bastion.pinning.watch import PinWatcher, watch_store
-from bastion.pipeline import AuditHook, Pipeline, RequestGuard, ResponseGuard
+from bastion.pipeline import Pipeline
 from bastion.policy import PolicySet, load_policies
 from bastion.policy.guard import PolicyAccess, PolicyGuard, PolicyHolder
 from bastion.policy.watch import PolicyWatcher
@@ -371,10 +372,10 @@ def create_app(settings: Settings) -> Starlette:
     _wire_sanitizer(gateway, sanitize_cfg)
     audit_hook: AuditHook = auditor if holder is None else \
         FlowRecorder(auditor, lambda: holder.current, flow_store)
-    gateway.pipeline = Pipeline(request_guards, response_guards, audit_hook)
     # Off unless configured: then a no-op that never imports the OpenTelemetry SDK.
     tracing = build_tracing(settings.section("tracing"), os.environ)
-    gateway.tracing = gateway.pipeline.tracing = tracing
+    gateway.pipeline = Pipeline(request_guards, response_guards, audit_hook, tracing=tracing)
+    gateway.tracing = tracing
 
     members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]

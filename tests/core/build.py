@@ -30,6 +30,7 @@ from bastion.approvals.store import MemoryApprovalStore
 from bastion.audit.hook import CallAuditor
 from bastion.audit.log import AuditLog
 from bastion.audit.sinks import AuditSinkError
+from bastion.call import AuditHook, Era, RequestGuard, ResponseGuard
 from bastion.flow import MemoryFlowStore
 from bastion.gateway import AccessControl, ChangeListener, Gateway, View, ViewStep
 from bastion.health import HealthConfig, HealthMonitor
@@ -37,7 +38,7 @@ from bastion.metrics import Metrics
 from bastion.pinning import Pinning, PinningConfig, PinStoreUnavailable
 from bastion.pinning.model import Pin
 from bastion.pinning.store import W
-from bastion.pipeline import AuditHook, Era, Pipeline, RequestGuard, ResponseGuard
+from bastion.pipeline import Pipeline
 from bastion.policy.guard import PolicyAccess, PolicyHolder
 from bastion.policy.load import PolicyText, compile_policies
 from bastion.pool import Member, UpstreamPool

@@ -26,6 +26,7 @@ import pytest
 from bastion.approvals import ApprovalsConfig, ApprovalService
 from bastion.approvals.guard import ApprovalGuard
 from bastion.approvals.store import MemoryApprovalStore
+from bastion.call import CallContext, CallRecord, RequestGuard, ResponseGuard
 from bastion.errors import (
     INTERNAL_ERROR,
     AuditUnavailable,
@@ -41,7 +42,6 @@ from bastion.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from bastion.pipeline import CallContext, CallRecord, RequestGuard, ResponseGuard
 from bastion.policy.guard import PolicyGuard
 from bastion.quarantine import QuarantineGuard
 from bastion.ratelimit import RateLimitConfig, build_limiter

@@ -25,6 +25,7 @@ from typing import Any, Literal, cast
 import orjson
 
 from bastion.audit.trace import parse_traceparent
+from bastion.call import CallContext, CallRecord, Era
 from bastion.catalogue_limits import LimitDrop
 from bastion.errors import (
     AuditUnavailable,
@@ -37,7 +38,6 @@ from bastion.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from bastion.pipeline import CallContext, CallRecord, Era
 from bastion.principal import Principal
 from bastion.strictjson import MAX_SAFE_INTEGER, printable
 

@@ -27,10 +27,10 @@ import structlog
 from bastion import __version__, jsonrpc
 from bastion import catalogue as cat
 from bastion.audit.record import tools_list_record
+from bastion.call import CallContext, CallRecord, Era
 from bastion.errors import INVALID_PARAMS, InvalidParams, MethodNotFound, ProtocolError, UnknownTool
 from bastion.gateway import Gateway
 from bastion.jsonrpc import Message, RequestId
-from bastion.pipeline import CallContext, CallRecord, Era
 from bastion.protocol import methods as m
 from bastion.protocol.messages import (
     CallToolParams,
