@@ -113,7 +113,12 @@ class Pipeline:
             record.reason = record.reason or "call cancelled by the client"
             if traced:
                 tracing.call_outcome(ctx, record, outcome)
-            await self._audit(ctx, record, outcome, None, started)
+            try:
+                await self._audit(ctx, record, outcome, None, started)
+            except AuditUnavailable:
+                # Nobody waits for an answer any more, and the cancellation must reach whoever cancelled (a
+                # TaskGroup, a timeout): the sink failure is already counted and logged by the audit log.
+                log.warning("audit.unavailable_on_cancel", tool=ctx.tool.public_name[:200])
             raise
         except Exception as exc:
             # A guard, the forward or a response guard failed in a way it should not (a bug, or a foreign

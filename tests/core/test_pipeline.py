@@ -338,11 +338,7 @@ def quarantine_off() -> RequestGuard:
 
 
 # Rows whose record disagrees with docs/audit.md today: bugs, kept failing here until fixed.
-KNOWN_BUGS = {
-    "quarantined": "bug: bastion.audit.record.classify_outcome maps the stages resolve/pinning/policy to 'denied', "
-                   "but the guard's stage is 'quarantine' (there is no 'pinning' stage), so a call to a quarantined "
-                   "tool is recorded outcome=error, decision=error instead of denied/deny (docs/audit.md)",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("row", [
@@ -511,10 +507,6 @@ async def test_a_hook_that_fails_does_not_swallow_a_cancellation() -> None:
     assert [a.outcome for a in hook.calls] == ["client_disconnected"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a cancelled call whose required audit fails ends with AuditUnavailable "
-                                       "instead of CancelledError (Pipeline.run re-raises after _audit, which raises "
-                                       "first), so the cancellation is swallowed: asyncio.timeout/TaskGroup around "
-                                       "the call no longer see it")
 async def test_a_required_audit_that_fails_does_not_swallow_a_cancellation() -> None:
     hook, hang = Hook(required_and_failing=True), Hang("policy")
     task = asyncio.create_task(build.pipeline([hang], [], hook).run(context(), Forward(returns(OK))))
