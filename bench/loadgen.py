@@ -158,10 +158,16 @@ def decode_rpc(answer: HttpAnswer) -> dict[str, Any]:
 
 
 class McpSession:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: Mapping[str, str] | None = None) -> None:
         self.conn = HttpConnection(url)
-        self.headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        # ``headers``: sent on every request, e.g. the API key of a gateway that authenticates its callers.
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                        **(headers or {})}
         self.next_id = 0
+
+    async def request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """One JSON-RPC request on this session; its answer (``result`` or ``error``)."""
+        return await self._request(method, params)
 
     async def _request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
         self.next_id += 1
@@ -216,6 +222,7 @@ class Target:
     tool: str = "echo"
     label: str = ""
     pids: Mapping[str, int] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, spec: str, default_tool: str) -> Target:
@@ -317,7 +324,7 @@ class Window:
 
 
 async def worker(target: Target, window: Window, ready: asyncio.Barrier) -> None:
-    session = McpSession(target.url)
+    session = McpSession(target.url, target.headers)
     try:
         await session.open()
         await ready.wait()
@@ -329,7 +336,7 @@ async def worker(target: Target, window: Window, ready: asyncio.Barrier) -> None
             except BenchError as exc:
                 error = str(exc)
                 await session.close()
-                session = McpSession(target.url)
+                session = McpSession(target.url, target.headers)
                 await session.open()
             window.record((time.perf_counter() - t0) * 1000, error)
     finally:

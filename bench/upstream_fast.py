@@ -9,6 +9,11 @@ validation, one JSON answer per POST. It speaks just enough of MCP for bastion a
 notification stream is opened; DELETE is 200). Its cost per call is a few tens of microseconds, so when bastion
 sits in front of it, what the benchmark measures is bastion.
 
+``--structured`` gives ``echo`` an ``outputSchema`` and its results a ``structuredContent`` (as the TypeScript
+upstream of ``sidebyside.py`` does), so a gateway's output validation has work to do. ``--tools N`` lists N tools
+(``echo`` and N-1 generated ones of about 1.3 KB each, half ``*_read`` and half ``*_write``), for
+``catalogue_scale.py``. The generated tools are there to be listed; a call to one answers as ``echo`` does.
+
 The ``sdk`` implementation is the ``mcp`` package's ``MCPServer`` with JSON responses; it costs milliseconds of
 CPU per call and shows what a real Python upstream adds.
 """
@@ -19,6 +24,8 @@ import argparse
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -31,11 +38,67 @@ ECHO_TOOL = {
     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     "annotations": {"readOnlyHint": True},
 }
+ECHO_OUTPUT_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 MAX_HEAD = 64 * 1024
 MAX_BODY = 4 * 1024 * 1024
 
 
-def answer(message: Any) -> tuple[int, bytes, dict[str, str]]:
+def generated_tool(i: int) -> dict[str, Any]:
+    """A realistic, harmless tool definition of about 1.3 KB (as JSON, once prefixed by a gateway).
+
+    Plain prose and an ordinary schema, so that a gateway's definition checks (sanitizing, pinning) do their usual
+    work and find nothing to rewrite; the ``_read``/``_write`` suffix lets a policy glob select half of them.
+    """
+    verb = "read" if i % 2 else "write"
+    return {
+        "name": f"records_{i:03d}_{verb}",
+        "description": (f"{verb.capitalize()} entries of record set {i} in the inventory service. The set holds "
+                        "the stock levels, locations and suppliers of one product family; each entry has an id, "
+                        "a status and an owner. Results are paged: pass the cursor of the previous answer to go "
+                        "on, and a limit to keep answers small."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "Identifier of the record to act on."},
+                "fields": {"type": "array", "items": {"type": "string"},
+                           "description": "Fields to include in the answer; all when absent."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Most entries."},
+                "cursor": {"type": "string", "description": "Where the previous page ended."},
+                "filter": {"type": "object", "additionalProperties": False, "properties": {
+                    "status": {"type": "string", "enum": ["open", "closed", "archived"]},
+                    "owner": {"type": "string", "maxLength": 64}}},
+            },
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {
+                "entries": {"type": "array", "items": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "status": {"type": "string"}, "owner": {"type": "string"}}}},
+                "next_cursor": {"type": "string", "description": "Pass it back to get the next page."},
+            },
+            "required": ["entries"],
+        },
+        "annotations": {"title": f"{verb.capitalize()} record set {i}", "readOnlyHint": verb == "read",
+                        "idempotentHint": True},
+    }
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """What this upstream lists, and whether ``echo`` answers with ``structuredContent``."""
+
+    tools: Sequence[dict[str, Any]]
+    structured: bool = False
+
+    @classmethod
+    def build(cls, *, tools: int = 1, structured: bool = False) -> Catalogue:
+        echo = {**ECHO_TOOL, "outputSchema": ECHO_OUTPUT_SCHEMA} if structured else ECHO_TOOL
+        return cls(tools=[echo, *(generated_tool(i) for i in range(1, tools))], structured=structured)
+
+
+def answer(message: Any, catalogue: Catalogue = Catalogue(tools=[ECHO_TOOL])) -> tuple[int, bytes, dict[str, str]]:
     """(status, body, extra headers) for one JSON-RPC message. Pure: no I/O."""
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or "method" not in message:
         if isinstance(message, dict) and "id" in message and ("result" in message or "error" in message):
@@ -57,10 +120,12 @@ def answer(message: Any) -> tuple[int, bytes, dict[str, str]]:
     elif method == "ping":
         result = {}
     elif method == "tools/list":
-        result = {"tools": [ECHO_TOOL]}
-    elif method == "tools/call" and params.get("name") == "echo":
-        text = (params.get("arguments") or {}).get("text", "")
-        result = {"content": [{"type": "text", "text": str(text)}], "isError": False}
+        result = {"tools": catalogue.tools}
+    elif method == "tools/call" and any(params.get("name") == tool["name"] for tool in catalogue.tools):
+        text = str((params.get("arguments") or {}).get("text", ""))
+        result = {"content": [{"type": "text", "text": text}], "isError": False}
+        if catalogue.structured:
+            result["structuredContent"] = {"text": text}
     else:
         return 200, orjson.dumps({"jsonrpc": "2.0", "id": message["id"],
                                   "error": {"code": -32601, "message": f"Method not found: {method}"}}), headers
@@ -83,7 +148,8 @@ def http_response(status: int, body: bytes, headers: dict[str, str]) -> bytes:
 class McpHttpProtocol(asyncio.Protocol):
     """HTTP/1.1 with keep-alive and Content-Length bodies; requests on one connection are answered in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, catalogue: Catalogue) -> None:
+        self.catalogue = catalogue
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
 
@@ -133,7 +199,7 @@ class McpHttpProtocol(asyncio.Protocol):
             except orjson.JSONDecodeError:
                 return http_response(400, orjson.dumps({"jsonrpc": "2.0", "id": None,
                                                         "error": {"code": -32700, "message": "Parse error"}}), {})
-            return http_response(*answer(message))
+            return http_response(*answer(message, self.catalogue))
         if method == b"DELETE":
             return http_response(200, b"", {})
         return http_response(405, b"", {"Allow": "POST, DELETE"})
@@ -149,9 +215,9 @@ class McpHttpProtocol(asyncio.Protocol):
         self.transport = None
 
 
-async def serve_raw(host: str, port: int) -> None:
+async def serve_raw(host: str, port: int, catalogue: Catalogue) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(McpHttpProtocol, host, port, backlog=1024)
+    server = await loop.create_server(lambda: McpHttpProtocol(catalogue), host, port, backlog=1024)
     print(f"upstream-fast listening on http://{host}:{port}/mcp", flush=True)
     async with server:
         await server.serve_forever()
@@ -176,12 +242,18 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8091)
     parser.add_argument("--impl", choices=["raw", "sdk"], default="raw")
+    parser.add_argument("--structured", action="store_true",
+                        help="raw: echo declares an outputSchema and answers with structuredContent")
+    parser.add_argument("--tools", type=int, default=1,
+                        help="raw: list this many tools, echo and generated ones of about 1.3 KB (default: 1)")
     args = parser.parse_args()
+    if args.tools < 1:
+        parser.error("--tools must be >= 1 (echo is always listed)")
     if args.impl == "sdk":
         serve_sdk(args.host, args.port)
         return
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_raw(args.host, args.port))
+        asyncio.run(serve_raw(args.host, args.port, Catalogue.build(tools=args.tools, structured=args.structured)))
 
 
 if __name__ == "__main__":

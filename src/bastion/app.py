@@ -42,6 +42,7 @@ from bastion.audit.record import (
 )
 from bastion.auth import build_authenticator, metadata_paths, protected_resource_metadata
 from bastion.auth.config import AuthConfig
+from bastion.call import AuditHook, RequestGuard, ResponseGuard
 from bastion.errors import AuthenticationError
 from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore
 from bastion.gateway import Gateway
@@ -51,7 +52,7 @@ from bastion.pinning import Pinning, PinningConfig, open_store
 from bastion.pinning.service import StoreState
 from bastion.pinning.store import PinStore, RedisPinStore
 from bastion.pinning.watch import PinWatcher, watch_store
-from bastion.pipeline import AuditHook, Pipeline, RequestGuard, ResponseGuard
+from bastion.pipeline import Pipeline
 from bastion.policy import PolicySet, load_policies
 from bastion.policy.guard import PolicyAccess, PolicyGuard, PolicyHolder
 from bastion.policy.watch import PolicyWatcher
@@ -71,9 +72,10 @@ from bastion.server.http import McpEndpoint
 from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
 from bastion.server.redis_sessions import RedisSessionStore
 from bastion.server.refusals import RefusalReporter
+from bastion.server.session_cache import CachedSessionStore
 from bastion.server.session_fallback import FallbackSessionStore
 from bastion.server.session_sweep import IndexedRedisSessions, SessionSweeper, SweptStore
-from bastion.server.sessions import MemorySessionStore, SessionData
+from bastion.server.sessions import MemorySessionStore, SessionData, SessionStore
 from bastion.server.state import StateSealer
 from bastion.settings import Settings
 from bastion.tracing import build_tracing
@@ -135,6 +137,24 @@ class AuditSoon:
         """Wait for the records scheduled so far (at shutdown, before the sinks close)."""
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+
+
+def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: Metrics,
+                    on_expired: Callable[[SessionData], None]) -> IndexedRedisSessions:
+    """The Redis session store, layered: index (expiries claimed once) > cache > fallback > Redis."""
+    cfg = settings.sessions
+    # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
+    # server/session_fallback.py for the trade-off).
+    fallback = FallbackSessionStore(
+        RedisSessionStore(redis_client, idle_timeout_s=cfg.idle_timeout_s),
+        idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, on_event=metrics.session_fallback)
+    # In front of it, the sessions Redis confirmed within ``sessions.cache`` are served without a round trip, their
+    # touches written behind (server/session_cache.py: a DELETE through another replica takes effect here within
+    # that time).
+    store: SessionStore = fallback if cfg.cache_s <= 0 else CachedSessionStore(
+        fallback, idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, trust_s=cfg.cache_s)
+    # The index around it all lets expiries be seen and claimed.
+    return IndexedRedisSessions(store, redis_client, on_expired=on_expired)
 
 
 def _policy(settings: Settings, audit_soon: AuditSoon,
@@ -296,14 +316,7 @@ def create_app(settings: Settings) -> Starlette:
         metrics.session_closed()
         await audit_log.emit(session_end(data, "shutdown"))
 
-    # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
-    # server/session_fallback.py for the trade-off). The index around it lets expiries be seen and claimed.
-    store: SweptStore = IndexedRedisSessions(
-        FallbackSessionStore(
-            RedisSessionStore(redis_client, idle_timeout_s=settings.sessions.idle_timeout_s),
-            idle_timeout_s=settings.sessions.idle_timeout_s, max_sessions=settings.sessions.max_sessions,
-            on_event=metrics.session_fallback),
-        redis_client, on_expired=session_expired) \
+    store: SweptStore = _redis_sessions(settings, redis_client, metrics, session_expired) \
         if redis_client is not None else \
         MemorySessionStore(settings.sessions.idle_timeout_s, settings.sessions.max_sessions,
                            on_expired=session_expired)
@@ -359,10 +372,10 @@ def create_app(settings: Settings) -> Starlette:
     _wire_sanitizer(gateway, sanitize_cfg)
     audit_hook: AuditHook = auditor if holder is None else \
         FlowRecorder(auditor, lambda: holder.current, flow_store)
-    gateway.pipeline = Pipeline(request_guards, response_guards, audit_hook)
     # Off unless configured: then a no-op that never imports the OpenTelemetry SDK.
     tracing = build_tracing(settings.section("tracing"), os.environ)
-    gateway.tracing = gateway.pipeline.tracing = tracing
+    gateway.pipeline = Pipeline(request_guards, response_guards, audit_hook, tracing=tracing)
+    gateway.tracing = tracing
 
     members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
@@ -425,7 +438,7 @@ def create_app(settings: Settings) -> Starlette:
         components.admin = build_console(admin_cfg, AdminSources(
             gateway=gateway, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
             auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
-            sessions=lambda: session_count.get("n"), started_at=components.started_at))
+            sessions=lambda: session_count.get("n"), started_at=components.started_at, approvals=approvals))
     admin = components.admin
 
     async def healthz(request: Request) -> Response:
@@ -510,7 +523,7 @@ def create_app(settings: Settings) -> Starlette:
             await http.aclose()
             # Last: spans of the calls drained above are exported (bounded by the exporter's own timeout).
             await asyncio.to_thread(tracing.shutdown)
-            if isinstance(store, FallbackSessionStore):
+            if isinstance(store, IndexedRedisSessions):
                 await store.aclose()
             if redis_clients is not None:
                 await redis_clients.aclose()

@@ -17,8 +17,9 @@ from typing import Any, Protocol
 import structlog
 
 from bastion import catalogue as cat
+from bastion.call import CallContext, CallRecord, Era, Outcome
 from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
-from bastion.pipeline import CallContext, CallRecord, Era, Outcome, Pipeline
+from bastion.pipeline import Pipeline
 from bastion.pool import UpstreamPool
 from bastion.principal import Principal
 from bastion.server.log_relay import log_targets, stamped

@@ -200,7 +200,8 @@ class UpstreamPool:
     async def _refresher(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self._interval)
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
             except TimeoutError:
                 # Periodic refresh: catches silent definition changes (no list_changed) and applies pin approvals
                 # made on another replica or from the CLI.

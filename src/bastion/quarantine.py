@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import UnknownTool
-from bastion.pipeline import CallContext, CallRecord
 
 
 class QuarantineGuard:

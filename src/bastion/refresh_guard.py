@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import CatalogueChanging, UnknownTool
 from bastion.gateway import View
-from bastion.pipeline import CallContext, CallRecord
 from bastion.refresh_gate import RefreshGate
 
 

@@ -1,8 +1,10 @@
 """The console in a real browser: headless Chromium (Selenium) against a running gateway process.
 
 One gateway, one browser, the admin's day in order: log in, watch an upstream go down and come back, watch a
-denied call arrive in the live table, approve a changed pin and see the tool back in the catalogue, and be refused
-without credentials and without a CSRF token. With ``BASTION_SCREENSHOTS=docs/images`` each page is saved as PNG.
+denied call arrive in the live table, approve one held call and deny another as they arrive on the approvals page
+(the client gets the tool's result, then the denial), approve a changed pin and see the tool back in the catalogue,
+see what the policy hides from one principal, and be refused without credentials and without a CSRF token. With
+``BASTION_SCREENSHOTS=docs/images`` each page is saved as PNG.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,10 +23,12 @@ import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from bastion.auth.apikeys import hash_key
 from tests.support.gateway import REPO, GatewayProcess
 from tests.support.net import free_port
+from tests.support.rpc import parse_body
 
 # A missing browser fails here, never skips: .ci/test installs Debian's chromium and chromium-driver.
 assert shutil.which("chromedriver") and shutil.which("chromium"), \
@@ -41,6 +46,11 @@ rules:
     effect: deny
     principals: {groups: [eng]}
     tools: ["basic__add"]
+  - id: echo-needs-an-admin
+    effect: approve
+    principals: {groups: [eng]}
+    tools: ["basic__echo"]
+    approval: {via: [admin], timeout: 60s, message: "An admin approves every echo"}
 """
 
 
@@ -56,6 +66,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayP
         "upstreams": {"basic": {"command": [sys.executable, "-m", "tests.fixtures.basic_server", "--transport",
                                             "stdio"], "cwd": str(REPO), "era": "legacy"}},
         "admin": {"host": "127.0.0.1", "port": admin_port},
+        "approvals": {"admin_groups": ["admin"]},
     }, workdir).start()
     yield gw, admin_port
     gw.stop()
@@ -115,6 +126,32 @@ class Mcp:
                           headers=self.headers, timeout=30)
 
 
+class Held:
+    """A call an approve rule holds: it runs in a thread until someone decides, then ``result`` is the tool's."""
+
+    def __init__(self, client: Mcp, tool: str, arguments: dict[str, Any]) -> None:
+        self.response: httpx.Response | None = None
+        self.thread = threading.Thread(target=self._run, args=(client, tool, arguments), daemon=True)
+        self.thread.start()
+
+    def _run(self, client: Mcp, tool: str, arguments: dict[str, Any]) -> None:
+        self.response = client.call(tool, arguments)
+
+    def result(self, timeout: float = 20.0) -> dict[str, Any]:
+        self.thread.join(timeout)
+        assert self.response is not None, "the held call did not return"
+        [message] = [m for m in parse_body(self.response) if "result" in m or "error" in m]
+        assert "result" in message, message
+        result: dict[str, Any] = message["result"]
+        return result
+
+
+def click(driver: Any, css: str, what: str) -> None:
+    """Click what ``css`` finds now: the approvals table is re-rendered as events arrive, so an element found
+    earlier may be gone."""
+    until(lambda: (driver.find_element(By.CSS_SELECTOR, css).click(), True)[1], what=what)
+
+
 def cell_text(driver: Any, css: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
@@ -162,6 +199,32 @@ def test_an_admin_day_in_the_console(gateway: tuple[GatewayProcess, int], browse
     assert "secret-argument" not in record and '"alice"' in record
     shot(driver, "live")
 
+    # A held call appears on the approvals page as it arrives (no reload), without its arguments.
+    driver.get(base + "/approvals")
+    until(lambda: driver.find_elements(By.ID, "no-approvals"), what="no approvals yet")
+    held = Held(alice, "basic__echo", {"message": "approved-by-root"})
+    row_css = 'tr[data-tool="basic__echo"]'
+    row = until(lambda: driver.find_element(By.CSS_SELECTOR, row_css), what="held call shown live")
+    assert "alice" in row.text and "echo-needs-an-admin" in row.text and "approved-by-root" not in row.text
+    shot(driver, "approvals")
+    # Refused without a CSRF token: the approve form, its token removed, decides nothing.
+    driver.execute_script("const f = document.querySelector(arguments[0]);"
+                          "f.querySelector('input[name=csrf]').remove(); f.submit();",
+                          row_css + ' form[action="/approvals/approve"]')
+    until(lambda: "CSRF token missing" in driver.page_source, what="CSRF refusal on approve")
+    assert held.thread.is_alive()
+    # Approved in the browser: the client's call returns the tool's result.
+    driver.get(base + "/approvals")
+    click(driver, row_css + " button.approve", "approve")
+    assert held.result()["content"][0]["text"] == "approved-by-root"
+    until(lambda: driver.find_elements(By.ID, "no-approvals"), what="approved call gone")
+    # Denied in the browser: the client gets the denial, and the tool never ran.
+    held = Held(alice, "basic__echo", {"message": "never-run"})
+    click(driver, row_css + " button.deny", "deny")
+    denied = held.result()
+    assert denied["isError"] is True and "declined by an administrator" in denied["content"][0]["text"]
+    until(lambda: driver.find_elements(By.ID, "no-approvals"), what="denied call gone")
+
     # A changed definition is quarantined; the admin reviews the diff and approves; the tool comes back.
     alice.call("basic__mutate", {})
     driver.get(base + "/catalogue")
@@ -179,6 +242,14 @@ def test_an_admin_day_in_the_console(gateway: tuple[GatewayProcess, int], browse
     until(lambda: (driver.refresh(), "basic__echo" in cell_text(driver, "#visible-tools"))[1], timeout=30,
           what="echo back in the catalogue")
     assert "basic__echo" not in cell_text(driver, "#hidden-tools")
+
+    # What the policy hides from alice, by the rule that hides it: choosing her submits the form.
+    Select(driver.find_element(By.ID, "principal")).select_by_value("alice")
+    until(lambda: driver.find_element(By.ID, "selected-principal").text == "alice", what="alice chosen")
+    add_row = driver.find_element(By.CSS_SELECTOR, '#hidden-tools tr[data-tool="basic__add"]')
+    assert add_row.get_attribute("data-why") == "policy" and "no-add-for-eng" in add_row.text
+    assert "approve: echo-needs-an-admin" in cell_text(driver, '#visible-tools tr[data-tool="basic__echo"]')
+    shot(driver, "catalogue-principal")
 
     # The policy page and its explain form.
     driver.get(base + "/policy")
@@ -200,10 +271,14 @@ def test_an_admin_day_in_the_console(gateway: tuple[GatewayProcess, int], browse
     # Every admin action is in the audit log, with the admin's id.
     actions = gw.records("admin.action")
     assert {("login", "ok"), ("pin.approve", "ok"), ("policy.explain", "ok"), ("policy.explain", "refused"),
-            ("login_failed", "refused")} <= {(r["action"], r["outcome"]) for r in actions}
+            ("login_failed", "refused"), ("approval.approve", "refused"), ("approval.approve", "ok"),
+            ("approval.deny", "ok")} <= {(r["action"], r["outcome"]) for r in actions}
     assert all(r["principal"]["id"] == "root" for r in actions if r["action"] != "login_failed")
     approvals = gw.records("pin.approve")
     assert any(r["tool"] == "echo" and r["approved_by"] == "root" for r in approvals)
+    decided = gw.records("approval.decided")
+    assert [(r["approval"]["outcome"], r["approval"]["channel"], r["principal"]["id"]) for r in decided] == \
+        [("approved", "console", "root"), ("declined", "console", "root")]
 
     # Logged out (cookies gone): refused again.
     driver.delete_all_cookies()

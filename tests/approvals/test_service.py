@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from bastion.approvals import ApprovalsConfig, ApprovalService, ApprovalsFull, PendingApproval, Verdict
+from bastion.approvals import (
+    ApprovalsConfig,
+    ApprovalService,
+    ApprovalsFull,
+    NotAnApprover,
+    PendingApproval,
+    Verdict,
+)
 from bastion.approvals.store import COUNT_KEY, PENDING_KEY, RedisApprovalStore
 from bastion.redisconn import ADMIN, SHARED, open_client
 from tests.support.redis_server import RedisServer
@@ -18,10 +25,11 @@ CFG = ApprovalsConfig(max_pending=3, max_pending_per_principal=2)
 
 
 def request(service: ApprovalService, principal: str = "alice", timeout_s: float = 10.0,
-            ask_user: Any = None) -> asyncio.Task[tuple[PendingApproval, Verdict]]:
+            ask_user: Any = None,
+            via: tuple[str, ...] = ("user", "admin")) -> asyncio.Task[tuple[PendingApproval, Verdict]]:
     return asyncio.create_task(service.request(
         principal=principal, tool="fs__rm", upstream="fs", rule_id="r", message=None, arguments={"p": "x"},
-        via=("user", "admin"), timeout_s=timeout_s, session=None, ask_user=ask_user))
+        via=via, timeout_s=timeout_s, session=None, ask_user=ask_user))
 
 
 async def pending_ids(service: ApprovalService, count: int) -> list[str]:
@@ -43,6 +51,22 @@ async def test_an_admin_verdict_resumes_the_call_and_only_the_first_counts() -> 
     _, got = await call
     assert got.outcome == "approved" and got.by == "root" and got.channel == "admin_api"
     assert await service.list() == []
+
+
+@pytest.mark.parametrize("channel", ["admin_api", "cli", "console"])
+async def test_no_admin_channel_decides_a_call_its_rule_leaves_to_the_user(channel: Any) -> None:
+    service = ApprovalService(CFG)
+
+    async def user_answers_later(pending: PendingApproval) -> Verdict | None:
+        await asyncio.sleep(0.2)
+        return Verdict("declined", "elicitation", by="alice", at=0.0)
+
+    call = request(service, via=("user",), ask_user=user_answers_later)
+    [approval_id] = await pending_ids(service, 1)
+    with pytest.raises(NotAnApprover, match="only the calling user"):
+        await service.decide(approval_id, True, by="root", channel=channel)
+    _, got = await call  # still pending after the refused admin verdict: the user's answer is the one applied
+    assert got.outcome == "declined" and got.channel == "elicitation"
 
 
 async def test_caps_refuse_past_the_bounds_per_principal_and_in_total() -> None:

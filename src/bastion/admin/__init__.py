@@ -9,9 +9,11 @@ from bastion.admin.console import Console
 from bastion.admin.server import AdminServer
 from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
+from bastion.auth.config import AuthConfig
 from bastion.health import Health
+from bastion.principal import Principal
 
-__all__ = ["AdminConfig", "AdminConsole", "AdminSources", "build_console"]
+__all__ = ["AdminConfig", "AdminConsole", "AdminSources", "build_console", "known_principals"]
 
 
 class AdminConsole:
@@ -38,6 +40,8 @@ def build_console(cfg: AdminConfig, src: AdminSources) -> AdminConsole:
     tap = AuditTap(cfg.live_buffer)
     src.audit_log.listeners.append(tap)
     src.started_at = src.started_at or time.time()
+    if not src.principals:
+        src.principals = known_principals(src.gateway.settings.section("auth"))
     previous = src.monitor.on_transition
 
     def transition(name: str, old: Health, new: Health) -> None:
@@ -48,3 +52,15 @@ def build_console(cfg: AdminConfig, src: AdminSources) -> AdminConsole:
     src.monitor.on_transition = transition
     console = Console(cfg, src, tap)
     return AdminConsole(console, AdminServer(console.asgi(), cfg.host, cfg.port))
+
+
+def known_principals(auth: AuthConfig | None) -> tuple[Principal, ...]:
+    """Who the auth config names, as the policy sees them: each API key's id, groups and attributes. The key
+    hashes stay behind, so no page can show one. JWT subjects are not known in advance; without ``auth`` every
+    caller is the anonymous principal."""
+    if auth is None or auth.mode == "none":
+        return (Principal.anonymous(),)
+    # One entry per id: rotating a key adds a second entry under the same id, and the policy sees one principal.
+    first = {k.id: k for k in reversed(auth.api_keys)}
+    return tuple(Principal(id=k.id, groups=k.groups, attributes=k.attributes, auth_method="api_key")
+                 for _, k in sorted(first.items()))

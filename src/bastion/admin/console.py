@@ -1,4 +1,5 @@
-"""The console's Starlette app: login, the pages, the live stream, and the two admin actions (pins, explain).
+"""The console's Starlette app: login, the pages, the live streams, and the admin actions (pins, approvals,
+explain).
 
 Every response carries the security headers (strict CSP: scripts and styles only from bastion itself, no inline
 code; no framing; no caching; no referrer). Every page needs a valid session cookie; every POST but the login
@@ -8,16 +9,18 @@ needs the session's CSRF token as well; the login POST needs the login form's si
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import jinja2
 import structlog
+from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -29,7 +32,8 @@ from bastion.admin.config import AdminConfig, is_loopback
 from bastion.admin.session import COOKIE, LOGIN_COOKIE, AdminSession, Signer, csrf_ok
 from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
-from bastion.audit.record import admin_action_record, pin_approve_record
+from bastion.approvals import ApprovalEvent, NotAnApprover
+from bastion.audit.record import admin_action_record, approval_record, pin_approve_record
 from bastion.errors import AuthenticationError
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
 from bastion.principal import Principal
@@ -76,6 +80,10 @@ class Console:
             Route("/live/stream", self._page(self.stream), methods=["GET"]),
             Route("/pins", self._page(self.pins), methods=["GET"]),
             Route("/pins/{action:str}", self._post(self.pin_action), methods=["POST"]),
+            Route("/approvals", self._page(self.approvals), methods=["GET"]),
+            Route("/partials/approvals", self._page(self.approvals_partial), methods=["GET"]),
+            Route("/approvals/stream", self._page(self.approvals_stream), methods=["GET"]),
+            Route("/approvals/{action:str}", self._post(self.approval_action), methods=["POST"]),
             Route("/policy", self._page(self.policy), methods=["GET"]),
             Route("/policy/explain", self._post(self.explain), methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -148,7 +156,8 @@ class Console:
         if action == "csrf":
             # A refused form is recorded as the action it tried to be.
             action = {"/pins/approve": "pin.approve", "/pins/reject": "pin.reject", "/logout": "logout",
-                      "/policy/explain": "policy.explain"}.get(request.url.path, "login")
+                      "/policy/explain": "policy.explain", "/approvals/approve": "approval.approve",
+                      "/approvals/deny": "approval.deny"}.get(request.url.path, "login")
         try:
             await self.src.audit_log.emit(admin_action_record(
                 at=self._clock(), admin=admin, action=action, target=target, outcome=outcome, detail=detail,
@@ -224,7 +233,8 @@ class Console:
         return self._render("_upstreams.html", request, session, o=pages.overview(self.src, self.tap))
 
     async def catalogue(self, request: Request, session: AdminSession) -> Response:
-        return self._render("catalogue.html", request, session, c=pages.catalogue(self.src))
+        chosen = request.query_params.get("principal") or None
+        return self._render("catalogue.html", request, session, c=pages.catalogue(self.src, chosen))
 
     async def live(self, request: Request, session: AdminSession) -> Response:
         filters = {k: request.query_params.get(k, "") for k in FILTERS}
@@ -298,6 +308,118 @@ class Console:
         # This replica applies the decision now (others hear the store's announcement).
         self.src.pool.republish_soon()
         return RedirectResponse("/pins", status_code=303)
+
+    # -- approvals --------------------------------------------------------------------------------------------
+
+    def _may_decide(self, session: AdminSession) -> bool:
+        """The admin API's rule: a principal in ``approvals.admin_groups``. Without gateway auth the console is
+        loopback-only and its admin is whoever sits at this machine, as for pins."""
+        service = self.src.approvals
+        if service is None:
+            return False
+        return not self.src.auth_enabled or bool(set(session.groups) & set(service.config.admin_groups))
+
+    async def _approvals_context(self, session: AdminSession) -> dict[str, Any]:
+        service = self.src.approvals
+        context: dict[str, Any] = {"enabled": service is not None, "pending": [], "error": None,
+                                   "may_decide": self._may_decide(session),
+                                   "log_arguments": self.src.audit_log.log_arguments,
+                                   "admin_groups": list(service.config.admin_groups) if service else []}
+        if service is not None:
+            try:
+                context["pending"] = pages.approvals(await service.list(), log_arguments=context["log_arguments"],
+                                                   now=self._clock())
+            except (RedisError, OSError) as exc:
+                context["error"] = f"the approvals store (Redis) is unavailable: {type(exc).__name__}"
+        return context
+
+    async def approvals(self, request: Request, session: AdminSession, message: str | None = None,
+                        status: int = 200) -> Response:
+        return self._render("approvals.html", request, session, status=status, message=message,
+                            a=await self._approvals_context(session))
+
+    async def approvals_partial(self, request: Request, session: AdminSession) -> Response:
+        return self._render("_approvals.html", request, session, a=await self._approvals_context(session))
+
+    async def approvals_stream(self, request: Request, session: AdminSession) -> Response:
+        """One event per approval opened or decided (on any replica, with Redis): its kind and id only, never its
+        arguments; the page then re-fetches its table, rendered by the server by the page's rules."""
+        service = self.src.approvals
+        if service is None:
+            return Response("approvals are not available", status_code=404, media_type="text/plain")
+
+        async def events() -> AsyncIterator[bytes]:
+            feed = service.subscribe()
+            following: asyncio.Future[ApprovalEvent] = asyncio.ensure_future(anext(feed))
+            closing = asyncio.ensure_future(self.closing.wait())
+            try:
+                # Let the subscription register first: whatever happens after the "sync" the page reacts to (a
+                # fresh table) is then an event on this stream, so nothing falls between page load and stream.
+                await asyncio.sleep(0)
+                yield b'retry: 1000\n\ndata: {"kind":"sync"}\n\n'
+                while True:
+                    waiters: set[asyncio.Future[Any]] = {following, closing}
+                    done, _ = await asyncio.wait(waiters, timeout=KEEPALIVE_S,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if closing in done:
+                        return
+                    if following in done:
+                        event = following.result()
+                        following = asyncio.ensure_future(anext(feed))
+                        data = {"kind": event.kind, "id": event.approval_id,
+                                "outcome": event.verdict.outcome if event.verdict is not None else None}
+                        yield f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+                        continue
+                    if await request.is_disconnected():
+                        return
+                    yield b": keep-alive\n\n"
+            finally:
+                following.cancel()
+                closing.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+                if isinstance(feed, AsyncGenerator):
+                    await feed.aclose()  # a cancelled step that had not started leaves it suspended
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+    async def approval_action(self, request: Request, session: AdminSession, form: dict[str, str]) -> Response:
+        action = request.path_params["action"]
+        service = self.src.approvals
+        if action not in ("approve", "deny") or service is None:
+            return Response("no such action", status_code=404, media_type="text/plain")
+        approval_id = form.get("id", "")
+        audited = f"approval.{action}"
+        if not self._may_decide(session):
+            groups = ", ".join(service.config.admin_groups)
+            detail = f"{session.admin!r} is in none of approvals.admin_groups ({groups})"
+            await self._audit(session, request, audited, approval_id or None, "refused", detail)
+            return await self.approvals(request, session, message=f"{action} refused: {detail}", status=403)
+        try:
+            pending = await service.get(approval_id) if approval_id else None
+            # The same operation as `bastion approvals approve|deny` and the admin API: the first verdict wins.
+            verdict = await service.decide(approval_id, action == "approve", by=session.admin, channel="console") \
+                if approval_id else None
+        except NotAnApprover as exc:
+            await self._audit(session, request, audited, approval_id, "refused", str(exc))
+            return await self.approvals(request, session, message=f"{action} refused: {exc}", status=403)
+        except (RedisError, OSError) as exc:
+            detail = f"the approvals store (Redis) is unavailable: {type(exc).__name__}"
+            await self._audit(session, request, audited, approval_id or None, "failed", detail)
+            return await self.approvals(request, session, message=f"{action} failed: {detail}", status=503)
+        if verdict is None:
+            detail = "not pending (already decided, timed out or withdrawn)"
+            await self._audit(session, request, audited, approval_id or None, "failed", detail)
+            return await self.approvals(request, session, message=f"{action} failed: {detail}", status=409)
+        # The record the admin API writes for a decision, with the admin as decider; then the console's own.
+        await self.src.audit_log.emit(approval_record(
+            "approval.decided", at=self._clock(), decider=_principal(session), approval_id=approval_id,
+            principal=pending.principal if pending else None, tool=pending.tool if pending else None,
+            upstream=pending.upstream if pending else None, rule_id=pending.rule_id if pending else None,
+            outcome=verdict.outcome, channel=verdict.channel, by=verdict.by))
+        what = f"{pending.principal}: {pending.tool} (rule {pending.rule_id})" if pending else approval_id
+        await self._audit(session, request, audited, approval_id, "ok", f"{verdict.outcome} {what}")
+        return RedirectResponse("/approvals", status_code=303)
 
     def _policy_context(self) -> dict[str, Any]:
         holder, watcher = self.src.policy, self.src.policy_watcher

@@ -10,6 +10,8 @@ from typing import Any
 
 from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
+from bastion.approvals.model import PendingApproval
+from bastion.audit.record import logged_arguments, rfc3339
 from bastion.pinning.fingerprint import diff as diff_definitions
 from bastion.pinning.model import PinnedTool
 
@@ -47,32 +49,51 @@ def _transport(upstream: object) -> str:
     return kind
 
 
-def catalogue(src: AdminSources) -> dict[str, Any]:
+def catalogue(src: AdminSources, principal: str | None = None) -> dict[str, Any]:
+    """Every tool as clients see it, and every hidden one with the reason. With ``principal`` (one of the known
+    principals), also what the policy hides from that principal, by the rule that hides it: the same
+    ``PolicySet.decide`` (list form, no arguments) as ``tools/list`` and ``bastion policy explain --list``."""
     view = src.gateway.view
+    chosen = next((p for p in src.principals if p.id == principal), None) if principal else None
+    policy = src.policy.current if src.policy is not None and chosen is not None else None
     visible, hidden = [], []
     for entry in sorted(view.catalogue.tools, key=lambda e: e.public_name):
         row = {"name": entry.public_name, "upstream": entry.upstream, "original": entry.original_name,
                "description": str(entry.definition.get("description") or ""),
                "annotations": dict(entry.annotations),
                "input_schema": _pretty(entry.definition.get("inputSchema")),
-               "output_schema": _pretty(entry.definition.get("outputSchema"))}
+               "output_schema": _pretty(entry.definition.get("outputSchema")), "rule": None}
         reason = view.quarantined.get(entry.public_name)
         if reason is not None:
             hidden.append({**row, "why": "quarantine", "reason": reason})
-        elif entry.upstream in view.unavailable:
+            continue
+        if entry.upstream in view.unavailable:
             hidden.append({**row, "why": "upstream down", "reason": f"{entry.upstream} is down past health.hide_after"})
-        else:
-            visible.append(row)
+            continue
+        if policy is not None and chosen is not None:
+            decision = policy.decide(chosen, entry, None)
+            if not decision.allowed:
+                hidden.append({**row, "why": "policy", "rule": decision.rule_id,
+                               "reason": f"hidden from {chosen.id}: {decision.reason}"})
+                continue
+            row["rule"] = decision.rule_id
+            row["effect"] = "approve" if decision.approval is not None else "allow"
+        visible.append(row)
     hidden.extend({"name": drop.name, "upstream": drop.upstream, "original": drop.name, "description": "",
-                   "annotations": {}, "input_schema": "", "output_schema": "",
+                   "annotations": {}, "input_schema": "", "output_schema": "", "rule": None,
                    "why": _drop_kind(drop.reason), "reason": f"{drop.kind}: {drop.reason}"}
                   for drop in view.catalogue.dropped)
-    # Tools policy hides are per principal: the rules that can hide them, for the explain form to test.
+    # Tools policy hides are per principal: without one chosen, say how to see them.
     policy_note = None
-    if src.policy is not None:
-        policy_note = "policy decides visibility per principal (default deny); use the policy page to explain"
+    if src.policy is not None and chosen is None:
+        policy_note = ("policy decides visibility per principal (default deny): choose a principal to see what it "
+                       "hides from whom, or use the policy page's explain form")
+    elif src.policy is None and chosen is not None:
+        policy_note = "no policy is configured: every authenticated principal sees every listed tool"
     return {"visible": visible, "hidden": hidden, "version": view.catalogue.version or "(none yet)",
-            "policy_note": policy_note}
+            "policy_note": policy_note, "selected": chosen.id if chosen is not None else "",
+            "unknown": principal if principal and chosen is None else "",
+            "principals": [{"id": p.id, "groups": sorted(p.groups)} for p in src.principals]}
 
 
 def _drop_kind(reason: str) -> str:
@@ -137,3 +158,16 @@ def matches(record: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
         if wanted and wanted.lower() not in str(values.get(key) or "").lower():
             return False
     return True
+
+
+def approvals(items: list[PendingApproval], *, log_arguments: bool, now: float) -> list[dict[str, Any]]:
+    """Pending approvals as the page shows them, oldest first. Arguments follow the live table's rule: never
+    shown unless ``audit.log_arguments`` is on, and then as an audit record would log them (secret-looking keys
+    masked); the pending entry itself only holds a short summary of them, never the raw payload."""
+    return [{"id": p.id, "principal": p.principal, "tool": p.tool, "upstream": p.upstream, "rule_id": p.rule_id,
+             "message": p.message or "", "via": list(p.via), "admin_may": "admin" in p.via,
+             "arguments": logged_arguments(dict(p.arguments)) if log_arguments else None,
+             "argument_count": len(p.arguments), "since": rfc3339(p.created_at),
+             "waiting_s": max(0, int(now - p.created_at)), "expires": rfc3339(p.expires_at),
+             "expires_in_s": max(0, int(p.expires_at - now))}
+            for p in sorted(items, key=lambda p: p.created_at)]

@@ -10,7 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bastion.principal import Principal
+
 if TYPE_CHECKING:
+    from bastion.approvals import ApprovalService
     from bastion.audit.log import AuditLog
     from bastion.auth import Authenticator
     from bastion.gateway import Gateway
@@ -32,6 +35,11 @@ class AdminSources:
     pinning: Pinning | None = None
     policy: PolicyHolder | None = None
     policy_watcher: PolicyWatcher | None = None
+    # Pending human approvals (list, decide, subscribe) for the approvals page; None: the page says so.
+    approvals: ApprovalService | None = None
+    # The principals the auth config names (API key ids with their groups and attributes, never the hashes), for
+    # the catalogue's per-principal view. Empty: ``build_console`` fills it from the gateway's auth section.
+    principals: tuple[Principal, ...] = ()
     # The number of live sessions, as the sweeper last counted them (``None``: not counted yet).
     sessions: Callable[[], int | None] = lambda: None
     started_at: float = 0.0

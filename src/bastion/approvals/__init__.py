@@ -8,7 +8,7 @@ the waiting call resumes on its own replica.
 
 from bastion.approvals.config import ApprovalsConfig
 from bastion.approvals.model import Channel, PendingApproval, Verdict, VerdictOutcome
-from bastion.approvals.service import ApprovalEvent, ApprovalService, ApprovalsFull
+from bastion.approvals.service import ApprovalEvent, ApprovalService, ApprovalsFull, NotAnApprover
 
-__all__ = ["ApprovalEvent", "ApprovalService", "ApprovalsConfig", "ApprovalsFull", "Channel", "PendingApproval",
-           "Verdict", "VerdictOutcome"]
+__all__ = ["ApprovalEvent", "ApprovalService", "ApprovalsConfig", "ApprovalsFull", "Channel", "NotAnApprover",
+           "PendingApproval", "Verdict", "VerdictOutcome"]

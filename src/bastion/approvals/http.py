@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from bastion.approvals.config import ApprovalsConfig
 from bastion.approvals.model import Channel
-from bastion.approvals.service import ApprovalService
+from bastion.approvals.service import ApprovalService, NotAnApprover
 from bastion.audit.record import approval_record
 from bastion.errors import AuthenticationError
 from bastion.principal import Principal
@@ -82,7 +82,10 @@ def approval_routes(service: ApprovalService, config: ApprovalsConfig, authentic
         approval_id = request.path_params["id"]
         approve = request.path_params["action"] == "approve"
         pending = await service.get(approval_id)
-        verdict = await service.decide(approval_id, approve, by=who.id, channel=channel)
+        try:
+            verdict = await service.decide(approval_id, approve, by=who.id, channel=channel)
+        except NotAnApprover as exc:
+            return JSONResponse({"error": str(exc)}, status_code=403)
         if verdict is None:
             return JSONResponse({"error": "not pending (already decided, timed out or withdrawn)"}, status_code=409)
         await emit(approval_record(

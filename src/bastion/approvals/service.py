@@ -44,6 +44,19 @@ class ApprovalsFull(BastionError):
         self.scope = scope
 
 
+class NotAnApprover(BastionError):
+    """The rule holding this call lets only the calling user decide (``approval.via`` without ``admin``): no
+    admin channel may answer for them, whichever door (admin API, CLI, console) the admin comes through."""
+
+    def __init__(self, rule_id: str) -> None:
+        super().__init__(f"rule {rule_id!r} lets only the calling user decide (approval.via: [user])")
+        self.rule_id = rule_id
+
+
+# The channels through which an administrator, not the calling user, answers.
+ADMIN_CHANNELS: frozenset[Channel] = frozenset({"admin_api", "cli", "console"})
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalEvent:
     """``opened`` carries the pending approval; ``decided`` its id and verdict."""
@@ -146,7 +159,8 @@ class ApprovalService:
         if await self._finish(approval_id, verdict):
             return verdict
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), _LOST_CLAIM_GRACE_S)
+            async with asyncio.timeout(_LOST_CLAIM_GRACE_S):
+                return await asyncio.shield(fut)
         except TimeoutError:
             # The winner's message was lost (Redis hiccup): nobody's yes is known here, so the call does not run.
             return Verdict("timed_out", "gateway", at=self._clock())
@@ -166,7 +180,13 @@ class ApprovalService:
 
     async def decide(self, approval_id: str, approve: bool, *, by: str, channel: Channel) -> Verdict | None:
         """An approver's answer. Returns the verdict applied, or None when the approval is no longer pending
-        (decided, timed out or withdrawn already, or never existed)."""
+        (decided, timed out or withdrawn already, or never existed). Raises ``NotAnApprover`` when an admin
+        channel answers a call whose rule leaves the decision to the calling user: checked here, where every
+        channel's decision passes, so no door can forget it."""
+        if channel in ADMIN_CHANNELS:
+            pending = await self.store.get(approval_id)
+            if pending is not None and "admin" not in pending.via:
+                raise NotAnApprover(pending.rule_id)
         verdict = Verdict("approved" if approve else "declined", channel, by=by, at=self._clock())
         return verdict if await self._finish(approval_id, verdict) else None
 

@@ -1,5 +1,6 @@
-"""Audit: one versioned record per event (``record``), sinks that write them (``sinks``), the fan-out with the
-fail-open/fail-closed contract (``log``) and its config section (``config``)."""
+"""Audit: one versioned record per event (``record``), sinks that write them (``sinks``; the file sink's writes go
+to its thread in batches, ``batch``), the fan-out with the fail-open/fail-closed contract (``log``) and its config
+section (``config``)."""
 
 from bastion.audit.config import AuditConfig, build_audit_log
 from bastion.audit.hook import CallAuditor

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -19,6 +18,7 @@ import orjson
 import redis.asyncio
 import redis.exceptions
 
+from bastion.audit.batch import BatchWriter, WriterClosed
 from bastion.errors import BastionError
 
 __all__ = ["AuditSink", "AuditSinkError", "FileSink", "RedisStreamSink", "StdoutSink", "encode_record"]
@@ -76,17 +76,20 @@ class StdoutSink:
 
 
 class FileSink:
-    """JSON lines in a file, flushed to the OS after every record, rotated by size (``path.1`` ... ``path.N``).
+    """JSON lines in a file, flushed to the OS after every batch of records, rotated by size (``path.1`` ...
+    ``path.N``).
 
     Disk writes (and rotation, which renames files) run on one dedicated worker thread rather than the event
-    loop: a slow or stalled disk then delays only the audited call waiting for its record, never every other
-    request. One worker, not a pool, so records land in the order they were emitted and rotation needs no lock.
-    The file is (re)opened on demand, so a sink whose directory appears later (or whose file was removed by an
-    external rotator) recovers without a restart.
+    loop: a slow or stalled disk then delays only the audited calls waiting for their records, never every other
+    request. Records reach that thread in batches (``BatchWriter``: one hand-off per batch, not per record), and
+    ``write`` returns once the batch holding its record was flushed (and fsynced with ``fsync``), so a call is
+    still answered only after its record is written. One worker, so records land in the order they were emitted
+    and rotation needs no lock. The file is (re)opened on demand, so a sink whose directory appears later (or
+    whose file was removed by an external rotator) recovers without a restart.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = 50 * 1024 * 1024, backups: int = 5,
-                 fsync: bool = False) -> None:
+                 fsync: bool = False, max_queued: int = 4096, max_batch: int = 1024) -> None:
         self.path = Path(path)
         self.name = f"file:{self.path}"
         self.max_bytes = max_bytes
@@ -94,46 +97,61 @@ class FileSink:
         self.fsync = fsync
         self._fh: IO[bytes] | None = None
         self._size = 0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bastion-audit-file")
+        self.writer = BatchWriter(self._write_batch_sync, thread_name="bastion-audit-file",
+                                  max_queued=max_queued, max_batch=max_batch)
 
     async def write(self, record: dict[str, Any]) -> None:
         line = encode_record(record)
-        loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, self._write_sync, line)
+            await self.writer.submit(line)
         except OSError as exc:
             raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc.strerror or exc}") from None
-        except RuntimeError as exc:  # the executor was shut down: write after close
+        except WriterClosed as exc:
             raise AuditSinkError(self.name, str(exc)) from None
 
     async def close(self) -> None:
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(OSError, RuntimeError):
-            await loop.run_in_executor(self._executor, self._close_sync)
-        self._executor.shutdown(wait=False)
+        """Write every record already queued (shutdown loses none of them), then close the file."""
+        with contextlib.suppress(OSError):
+            await self.writer.close(self._close_sync)
 
-    def _write_sync(self, line: bytes) -> None:
+    def _write_batch_sync(self, lines: list[bytes]) -> None:
         if self._fh is None:
             self._open()
-        if self.max_bytes > 0 and self._size > 0 and self._size + len(line) > self.max_bytes:
-            self._rotate()
-        fh = self._fh
-        assert fh is not None
         try:
-            fh.write(line)
-            fh.flush()
-            if self.fsync:
-                os.fsync(fh.fileno())
+            chunk: list[bytes] = []
+            size = self._size
+            for line in lines:
+                if self.max_bytes > 0 and size > 0 and size + len(line) > self.max_bytes:
+                    self._flush(chunk)
+                    chunk = []
+                    self._rotate()
+                    size = self._size
+                chunk.append(line)
+                size += len(line)
+            self._flush(chunk)
         except OSError:
-            # Drop the handle: the next write reopens, which is how a transient failure (disk full, NFS hiccup)
-            # heals without a restart.
+            # Drop the handle: the next batch reopens, which is how a transient failure (disk full, NFS hiccup)
+            # heals without a restart. The whole batch counts as failed, even if part of it reached the file.
             self._close_sync()
             raise
-        self._size += len(line)
+
+    def _flush(self, chunk: list[bytes]) -> None:
+        if not chunk:
+            return
+        fh = self._fh
+        assert fh is not None
+        data = b"".join(chunk)
+        fh.write(data)
+        fh.flush()
+        if self.fsync:
+            # Once per batch: every call waiting on this batch gets its durability from the same fsync.
+            os.fsync(fh.fileno())
+        self._size += len(data)
 
     def _open(self) -> None:
         self._fh = self.path.open("ab")
-        self._size = self._fh.tell()
+        # fstat, not tell(): a FIFO (a pipe to a collector) cannot seek, and its size is 0 either way.
+        self._size = os.fstat(self._fh.fileno()).st_size
 
     def _rotate(self) -> None:
         self._close_sync()

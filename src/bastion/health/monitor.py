@@ -182,7 +182,8 @@ class HealthMonitor:
                 wait = min(wait, hide_at - now)
             if wait > 0 and not wake.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), None if math.isinf(wait) else wait)
+                    async with asyncio.timeout(None if math.isinf(wait) else wait):
+                        await wake.wait()
             wake.clear()
             now = self._clock()
             health = self._health[name]

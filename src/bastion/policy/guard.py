@@ -10,13 +10,15 @@ import time
 from collections.abc import Hashable
 from contextlib import AsyncExitStack
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import PolicyDenied, UnknownTool
 from bastion.flow.context import load_history
 from bastion.flow.store import FlowStore
-from bastion.pipeline import CallContext, CallRecord
 from bastion.policy.decide import PolicySet
 from bastion.policy.flow import FlowHistory, flow_audit
+from bastion.policy.model import APPROVAL
 from bastion.principal import Principal
+from bastion.ratelimit.model import ALLOWANCE, Allowance
 from bastion.tool import ToolEntry
 from bastion.visibility import claims_key
 
@@ -94,10 +96,8 @@ class PolicyGuard:
                                    log_detail=decision.reason,
                                    touched=tuple(dict.fromkeys(t.label for t in decision.flow)))
             raise UnknownTool(ctx.tool.public_name, log_detail=decision.reason)
-        record.limits = tuple(decision.limits)
-        record.concurrency = tuple(decision.concurrency)
-        record.cost = decision.cost
-        record.approval_spec = decision.approval
+        record.put(ALLOWANCE, Allowance(tuple(decision.limits), tuple(decision.concurrency), decision.cost))
+        record.put(APPROVAL, decision.approval)
 
 
 def _has_when(policy: PolicySet, rule_id: str | None) -> bool:

@@ -20,14 +20,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Set
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bastion.sanitize.links import link_allowed, secret_key
 from bastion.sanitize.report import SanitizeReport
+from bastion.sanitize.strings import StringSanitizer
 from bastion.sanitize.traces import one_line
-
-if TYPE_CHECKING:
-    from bastion.sanitize.result import Sanitizer
 
 MAX_DEPTH = 64
 KEY_BYTES = 1024
@@ -161,9 +159,9 @@ def _tokens(text: str) -> list[tuple[int, int]]:
 
 
 class Walker:
-    """One walk of one item: the ``Sanitizer`` that cleans strings, plus what this shape needs on top."""
+    """One walk of one item: the ``StringSanitizer`` that cleans strings, plus what this shape needs on top."""
 
-    def __init__(self, sanitizer: Sanitizer, *, by_key: bool = False, mark_hidden: bool = False,
+    def __init__(self, sanitizer: StringSanitizer, *, by_key: bool = False, mark_hidden: bool = False,
                  refs: ToolRefs | None = None, neutralise_refs: bool = False, one_line_traces: bool = False,
                  limit: int | None = None) -> None:
         self.s = sanitizer
@@ -213,7 +211,7 @@ class Walker:
         if self._plain(value, 0):
             return value  # the common case, a printable ASCII name no pattern can match: no probe walk
         if self._probe is None:
-            self._probe = Walker(type(self.s)(replace(self.s.policy, injection="flag")))
+            self._probe = Walker(StringSanitizer(replace(self.s.policy, injection="flag")))
         probe = self._probe
         probe.s.report = SanitizeReport()
         cleaned = probe.value(value, where)

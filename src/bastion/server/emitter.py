@@ -1,8 +1,9 @@
 """How messages reach a client in the middle of a request: on that request's SSE stream, or nowhere.
 
 A request answered with ``application/json`` has no channel for anything but its response, so its emitter drops
-notifications and refuses server-to-client requests; the front door chooses SSE whenever a request might need
-them (progress requested, client capabilities that upstreams could use).
+notifications and refuses server-to-client requests. A ``tools/call`` from a client that accepts SSE gets a
+``StreamEmitter`` instead, and its response turns into an SSE stream when the first message comes
+(``server/responder.py``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class StreamEmitter:
         self._live.pending[rid] = fut
         try:
             await self._queue.put(jsonrpc.request(rid, method, params))
-            answer = await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                answer = await fut
         except TimeoutError:
             raise ProtocolError(INTERNAL_ERROR, f"the client did not answer {method} in time") from None
         finally:

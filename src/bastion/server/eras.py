@@ -11,16 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bastion.server.listen import SUBSCRIPTION_ID
+from bastion.protocol.meta import SERVER_INFO_KEY, SUBSCRIPTION_ID_KEY
+from bastion.protocol.methods import INPUT_CAPABILITY
 
-__all__ = ["INPUT_CAPABILITY", "MODERN_ONLY_FIELDS", "for_legacy", "for_modern", "is_input_required"]
+__all__ = ["MODERN_ONLY_FIELDS", "for_legacy", "for_modern", "is_input_required", "undeclared_inputs"]
 
-SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 MODERN_ONLY_FIELDS = ("resultType", "ttlMs", "cacheScope")
 # Stamped by modern servers; meaningless (or misleading) to a handshake-era client.
-MODERN_ONLY_META = (SERVER_INFO_META, SUBSCRIPTION_ID)
-# Input an upstream may ask a client for in an InputRequiredResult, and the client capability each one needs.
-INPUT_CAPABILITY = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
+MODERN_ONLY_META = (SERVER_INFO_KEY, SUBSCRIPTION_ID_KEY)
 
 
 def is_input_required(result: Mapping[str, Any]) -> bool:
@@ -46,7 +44,7 @@ def for_modern(result: dict[str, Any], server_info: Mapping[str, Any]) -> dict[s
     out = dict(result)
     out.setdefault("resultType", "complete")
     meta = out.get("_meta")
-    out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), SERVER_INFO_META: dict(server_info)}
+    out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), SERVER_INFO_KEY: dict(server_info)}
     return out
 
 

@@ -12,24 +12,24 @@ Unknown ``Mcp-Param-*`` headers (no annotated argument) are ignored, as the spec
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bastion.errors import HEADER_MISMATCH, ProtocolError
-from bastion.upstream.headers import NAME_FIELDS, PARAM_PREFIX, header_map, invalid_header_reason
+from bastion.protocol import headers as h
+from bastion.protocol.headers import NAME_FIELDS, PARAM_PREFIX, decode_header_value, header_map, invalid_header_reason
+from bastion.protocol.methods import TOOLS_CALL
 
 __all__ = ["HeaderMismatch", "check_request_headers", "decode_header_value"]
 
-VERSION_HEADER = "mcp-protocol-version"
-METHOD_HEADER = "mcp-method"
-NAME_HEADER = "mcp-name"
+# Header names as this module compares them (folded to lower case).
+VERSION_HEADER = h.VERSION_HEADER.lower()
+METHOD_HEADER = h.METHOD_HEADER.lower()
+NAME_HEADER = h.NAME_HEADER.lower()
 # Routing headers a reader could take either copy of: a duplicate is refused, as readers would disagree.
 ROUTING_HEADERS = frozenset({VERSION_HEADER, METHOD_HEADER, NAME_HEADER})
 
-_SENTINEL = re.compile(r"^=\?base64\?(?P<payload>.*)\?=$")
 _DECIMAL = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
 
 
@@ -38,29 +38,6 @@ class HeaderMismatch(ProtocolError):
 
     def __init__(self, message: str) -> None:
         super().__init__(HEADER_MISMATCH, message, http_status=400)
-
-
-def decode_header_value(value: str | None) -> str | None:
-    """The value, with the ``=?base64?...?=`` sentinel decoded; ``None`` for a malformed sentinel.
-
-    Non-canonical Base64 and invalid UTF-8 are malformed too, so a corrupt header never matches by accident.
-    """
-    if value is None:
-        return None
-    match = _SENTINEL.match(value)
-    if match is None:
-        return value
-    payload = match.group("payload")
-    try:
-        raw = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    if base64.b64encode(raw).decode("ascii") != payload:
-        return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def _render(value: Any) -> str | None:
@@ -168,5 +145,5 @@ def check_request_headers(pairs: Iterable[tuple[str, str]], body_version: Any, m
         value = params.get(field)
         if value is not None and decode_header_value(folded.get(NAME_HEADER)) != value:
             raise HeaderMismatch(f"Mcp-Name header does not match the body's {field!r}")
-    if method == "tools/call" and input_schema is not None:
+    if method == TOOLS_CALL and input_schema is not None:
         check_param_headers(input_schema, params.get("arguments") or {}, folded, duplicated)

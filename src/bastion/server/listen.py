@@ -20,11 +20,12 @@ from typing import Any
 
 from bastion import jsonrpc
 from bastion.errors import InvalidParams
+from bastion.protocol.messages import ListenParams
+from bastion.protocol.meta import SUBSCRIPTION_ID_KEY as SUBSCRIPTION_ID
+from bastion.protocol.methods import ACKNOWLEDGED, RESOURCE_UPDATED, list_changed
 
 __all__ = ["ACKNOWLEDGED", "SUBSCRIPTION_ID", "ListenFilter", "Listeners", "Stream"]
 
-ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
-SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 # Catalogue list kind (as the gateway announces changes) → the filter flag that opts into it.
 LIST_FLAGS = {"tools": "toolsListChanged", "prompts": "promptsListChanged", "resources": "resourcesListChanged"}
 MAX_RESOURCE_SUBSCRIPTIONS = 256
@@ -39,7 +40,7 @@ class ListenFilter:
     resources: frozenset[str] = frozenset()  # public resource URIs
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> ListenFilter:
+    def from_params(cls, params: ListenParams) -> ListenFilter:
         wanted = params.get("notifications")
         if not isinstance(wanted, Mapping):
             raise InvalidParams("subscriptions/listen requires a 'notifications' object")
@@ -115,12 +116,12 @@ class Listeners:
         for stream in self.all():
             for kind in changed:
                 if stream.filter.wants_list(kind):
-                    stream.offer(tagged(f"notifications/{kind}/list_changed", {}, stream.subscription_id))
+                    stream.offer(tagged(list_changed(kind), {}, stream.subscription_id))
 
     def resource_updated(self, uri: str, params: Mapping[str, Any]) -> None:
         for stream in self.all():
             if stream.filter.wants_resource(uri):
-                stream.offer(tagged("notifications/resources/updated", params, stream.subscription_id))
+                stream.offer(tagged(RESOURCE_UPDATED, params, stream.subscription_id))
 
     def end_all(self) -> None:
         for stream in self.all():

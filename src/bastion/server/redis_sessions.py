@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
 import orjson
@@ -109,6 +109,31 @@ class RedisSessionStore:
             log.warning("session_record_unreadable", session=session_id[:8])
             await self._call("delete", lambda: self._redis.delete(self._key(session_id)))
             return None
+
+    async def confirm(self, session_ids: Collection[str]) -> dict[str, SessionData]:
+        """The write-behind touch of ``CachedSessionStore``: ``GETEX`` for every id in one pipelined round trip,
+        refreshing each TTL as ``get`` would. Returns the sessions that exist; an unreadable one is left out (its
+        next ``get`` removes it)."""
+        ids = [sid for sid in session_ids if _SESSION_ID.match(sid)]
+        if not ids:
+            return {}
+
+        async def touch_all() -> list[bytes | None]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for sid in ids:
+                    pipe.getex(self._key(sid), px=self._ttl_ms)
+                return list(await pipe.execute())
+
+        raws = await self._call("confirm", touch_all)
+        found: dict[str, SessionData] = {}
+        for sid, raw in zip(ids, raws, strict=True):
+            if raw is None:
+                continue
+            try:
+                found[sid] = SessionData.from_json(raw)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+        return found
 
     async def update(self, data: SessionData) -> None:
         if not _SESSION_ID.match(data.id):

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -175,6 +175,27 @@ class FallbackSessionStore:
 
     async def count(self) -> int:
         return await self._inner.count()
+
+    async def confirm(self, session_ids: Collection[str]) -> dict[str, SessionData]:
+        """Redis's ``confirm``, minus every session whose answer this store's ``get`` would have to work out
+        (deleted or changed here during an outage, missing from Redis): the caller then asks ``get``. While Redis
+        is down, nothing is confirmed."""
+        try:
+            found = await self._inner.confirm(session_ids)
+        except SessionStoreUnavailable as exc:
+            self._down("confirm", exc)
+            return {}
+        self._up()
+        confirmed: dict[str, SessionData] = {}
+        for sid, data in found.items():
+            if sid in self._deleted:
+                continue
+            local = self._local.get(sid)
+            if local is not None and local.pending is not None:
+                continue
+            self._remember(data, None)  # seen now, as a get would have: the outage copy stays current
+            confirmed[sid] = data
+        return confirmed
 
     async def aclose(self) -> None:
         """Give a running replay a moment to finish (each of its operations is bounded by the store timeout)."""

@@ -82,6 +82,12 @@ class IndexedRedisSessions:
     def drain(self) -> list[SessionData]:
         return []
 
+    async def aclose(self) -> None:
+        """Let the wrapped stores finish their background writes (touches, replays), each bounded by its timeout."""
+        closer = getattr(self._store, "aclose", None)
+        if closer is not None:
+            await closer()
+
     async def sweep(self) -> int:
         entries: dict[str, bytes] = {}
         async for field, raw in self._redis.hscan_iter(self._index, count=_BATCH):

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from bastion.errors import UpstreamUnavailable
+from bastion.protocol.messages import InitializeResult
+from bastion.protocol.versions import LATEST_LEGACY, LEGACY_VERSIONS
 from bastion.upstream.base import UpstreamInfo
 
 __all__ = ["LEGACY_VERSIONS", "PROTOCOL_VERSION", "initialize_params", "parse_initialize_result"]
 
-PROTOCOL_VERSION = "2025-11-25"
-# Every handshake-era revision: the server may answer with an older one and we speak it.
-LEGACY_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+# bastion asks for the latest handshake-era revision; the server may answer with any older one (LEGACY_VERSIONS),
+# and bastion speaks it.
+PROTOCOL_VERSION = LATEST_LEGACY
 
 # Only what the core relays to clients: advertising a capability bastion cannot honour would break the upstream.
 _CLIENT_CAPABILITIES: Mapping[str, Any] = {"sampling": {}, "elicitation": {}, "roots": {"listChanged": True}}
@@ -26,7 +28,8 @@ def initialize_params(client_version: str) -> dict[str, Any]:
     }
 
 
-def parse_initialize_result(upstream: str, result: Mapping[str, Any]) -> UpstreamInfo:
+def parse_initialize_result(upstream: str, answer: Mapping[str, Any]) -> UpstreamInfo:
+    result = cast(InitializeResult, answer)
     version = result.get("protocolVersion")
     if version not in LEGACY_VERSIONS:
         raise UpstreamUnavailable(upstream, log_detail=f"upstream answered initialize with version {version!r}")

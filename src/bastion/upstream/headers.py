@@ -1,88 +1,30 @@
-"""The 2026-07-28 request-metadata headers, as pure functions: what a modern HTTP request mirrors from its body,
-and which tools' ``x-mcp-header`` annotations are invalid (such tools must be dropped from the catalogue).
+"""The 2026-07-28 request-metadata headers bastion writes as a client, as pure functions: what a modern HTTP
+request mirrors from its body, and which tools a client must drop for invalid ``x-mcp-header`` annotations.
 
-A header mirrors a body value; the body stays the source of truth. Values that would not survive as a plain HTTP
-field value go in the ``=?base64?...?=`` sentinel.
+The rules shared with the server side (header names, valid annotations, the sentinel encoding) are in
+``bastion.protocol.headers``.
 """
 
 from __future__ import annotations
 
-import base64
-import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = [
-    "HeaderMap",
-    "encode_header_value",
-    "header_map",
-    "invalid_header_reason",
-    "invalid_header_tools",
-    "param_headers",
-    "request_headers",
-]
+from bastion.protocol.headers import (
+    METHOD_HEADER,
+    NAME_FIELDS,
+    NAME_HEADER,
+    PARAM_PREFIX,
+    VERSION_HEADER,
+    HeaderMap,
+    encode_header_value,
+    invalid_header_reason,
+)
+from bastion.protocol.methods import TOOLS_CALL
 
-X_MCP_HEADER = "x-mcp-header"
-PARAM_PREFIX = "Mcp-Param-"
-NAME_FIELDS: Mapping[str, str] = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+__all__ = ["encode_header_value", "invalid_header_tools", "param_headers", "request_headers"]
 
-# A property path (the chain of ``properties`` keys from the schema root) to its header token.
-HeaderMap = Mapping[tuple[str, ...], str]
-
-_SENTINEL = re.compile(r"^=\?base64\?.*\?=$")
-_PLAIN = re.compile(r"^[\x20-\x7e]*$")
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_HEADER_TYPES = frozenset({"string", "integer", "boolean"})
 _SAFE_INTEGER = 2**53 - 1
-
-# JSON Schema 2020-12 keywords whose values are schema positions. Only ``properties`` keeps a position reachable
-# "via properties keys only"; crossing any of these makes an annotation below it invalid. ``$ref`` is never
-# followed, so a walk always ends.
-_SINGLE = frozenset({"items", "contains", "unevaluatedItems", "additionalProperties", "propertyNames",
-                     "unevaluatedProperties", "not", "if", "then", "else", "contentSchema"})
-_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
-_MAP = frozenset({"patternProperties", "dependentSchemas", "$defs", "definitions"})
-
-
-def _positions(root: Any) -> Iterator[tuple[tuple[str, ...] | None, Mapping[str, Any]]]:
-    """Every schema position with its ``properties`` path (``None`` once another applicator was crossed)."""
-    stack: list[tuple[tuple[str, ...] | None, Any]] = [((), root)]
-    while stack:
-        path, node = stack.pop()
-        if not isinstance(node, Mapping):
-            continue
-        yield path, node
-        for keyword, value in node.items():
-            if keyword == "properties" and isinstance(value, Mapping):
-                stack.extend(((*path, str(k)) if path is not None else None, v) for k, v in value.items())
-            elif keyword in _SINGLE:
-                stack.append((None, value))
-            elif keyword in _LIST and isinstance(value, list):
-                stack.extend((None, v) for v in value)
-            elif keyword in _MAP and isinstance(value, Mapping):
-                stack.extend((None, v) for v in value.values())
-
-
-def invalid_header_reason(input_schema: Any) -> str | None:
-    """Why this ``inputSchema``'s ``x-mcp-header`` annotations are invalid, or ``None`` when they are all valid."""
-    seen: dict[str, str] = {}
-    for path, schema in _positions(input_schema):
-        if X_MCP_HEADER not in schema:
-            continue
-        if not path:
-            return "x-mcp-header outside a property reachable through 'properties' alone"
-        where = ".".join(path)
-        token = schema[X_MCP_HEADER]
-        if not isinstance(token, str) or not _TOKEN.match(token):
-            return f"property {where!r}: x-mcp-header must be a non-empty HTTP token"
-        kind = schema.get("type")
-        if kind not in _HEADER_TYPES:
-            return f"property {where!r}: x-mcp-header is only allowed on string, integer and boolean properties"
-        folded = token.lower()
-        if folded in seen:
-            return f"property {where!r}: x-mcp-header {token!r} duplicates the one on {seen[folded]!r}"
-        seen[folded] = where
-    return None
 
 
 def invalid_header_tools(tools: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -93,20 +35,6 @@ def invalid_header_tools(tools: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         if reason is not None:
             invalid[str(tool.get("name"))] = reason
     return invalid
-
-
-def header_map(input_schema: Any) -> dict[tuple[str, ...], str]:
-    """The annotated properties of a schema that ``invalid_header_reason`` accepts."""
-    return {path: schema[X_MCP_HEADER] for path, schema in _positions(input_schema)
-            if path and isinstance(schema.get(X_MCP_HEADER), str)}
-
-
-def encode_header_value(value: str) -> str:
-    """The value itself when it is plain printable ASCII without edge spaces (and does not look like the
-    sentinel); otherwise its UTF-8 bytes in the Base64 sentinel."""
-    if _PLAIN.match(value) and value == value.strip() and not _SENTINEL.match(value):
-        return value
-    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
 
 
 def _render(value: Any) -> str | None:
@@ -137,12 +65,12 @@ def param_headers(headers: HeaderMap, arguments: Any) -> dict[str, str]:
 def request_headers(method: str, params: Mapping[str, Any] | None, version: str,
                     tool_headers: HeaderMap | None = None) -> dict[str, str]:
     """The headers mirroring one modern request's body: version, method, name and annotated arguments."""
-    out = {"MCP-Protocol-Version": version, "Mcp-Method": method}
+    out = {VERSION_HEADER: version, METHOD_HEADER: method}
     field = NAME_FIELDS.get(method)
     if field is not None and params is not None:
         name = params.get(field)
         if isinstance(name, str):
-            out["Mcp-Name"] = encode_header_value(name)
-    if method == "tools/call" and tool_headers and params is not None:
+            out[NAME_HEADER] = encode_header_value(name)
+    if method == TOOLS_CALL and tool_headers and params is not None:
         out.update(param_headers(tool_headers, params.get("arguments")))
     return out

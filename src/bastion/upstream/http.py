@@ -23,6 +23,7 @@ import structlog
 
 from bastion import __version__
 from bastion.errors import UpstreamUnavailable
+from bastion.protocol.methods import INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.h1pool import H1Pool
@@ -43,7 +44,6 @@ __all__ = ["HttpUpstream"]
 
 log = structlog.get_logger("bastion.upstream")
 
-LIST_CHANGED = "notifications/tools/list_changed"
 SESSION_HEADER = "Mcp-Session-Id"
 # httpx's headers are case-insensitive, the lean pool's are lower-cased: the lower-case name reads both.
 SESSION_HEADER_LOWER = SESSION_HEADER.lower()
@@ -112,13 +112,13 @@ class HttpUpstream(HttpPeer):
     async def _initialize(self) -> UpstreamInfo:
         self._session_id = None
         self._headers = dict(self._base_headers)
-        result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
+        result = await self._rpc.call(INITIALIZE, initialize_params(__version__), timeout=self._init_timeout,
                                       on_message=None, transmit=self._transmit_initialize)
         info = parse_initialize_result(self.name, result)
         self._headers = self._session_headers(info.protocol_version)
         self._info = info
         self._generation += 1
-        await self._rpc.notify("notifications/initialized")
+        await self._rpc.notify(INITIALIZED)
         log.info("upstream.initialized", upstream=self.name, version=info.protocol_version,
                  session=self._session_id is not None)
         return info
@@ -136,7 +136,7 @@ class HttpUpstream(HttpPeer):
             log.info("upstream.session_expired", upstream=self.name)
             await self._initialize()
         # A server that lost our session may have restarted with a different tool list.
-        await self._rpc.on_notification(LIST_CHANGED, {})
+        await self._rpc.on_notification(TOOLS_LIST_CHANGED, {})
 
     # -- requests --------------------------------------------------------------------------------------------
 

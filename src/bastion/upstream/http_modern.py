@@ -21,6 +21,7 @@ import structlog
 
 from bastion import __version__
 from bastion.errors import HEADER_MISMATCH, UpstreamRpcError, UpstreamUnavailable
+from bastion.protocol.methods import DISCOVER, LISTEN, TOOLS_CALL, TOOLS_LIST
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.h1pool import H1Pool
 from bastion.upstream.headers import request_headers
@@ -48,9 +49,6 @@ from bastion.upstream.supervisor import Backoff
 __all__ = ["ModernHttpUpstream"]
 
 log = structlog.get_logger("bastion.upstream")
-
-DISCOVER = "server/discover"
-LISTEN = "subscriptions/listen"
 
 
 async def _ignore(method: str, params: Mapping[str, Any]) -> None:
@@ -109,7 +107,7 @@ class ModernHttpUpstream(HttpPeer):
             result = await self._rpc.call(method, self._calls.params(params), timeout=timeout, on_message=on_message,
                                           transmit=self._transmit)
         except UpstreamRpcError as exc:
-            if exc.code != HEADER_MISMATCH or method != "tools/call":
+            if exc.code != HEADER_MISMATCH or method != TOOLS_CALL:
                 raise
             # The spec's remedy: our view of the tool's x-mcp-header arguments is stale; re-list, retry once, all
             # within the caller's one deadline.
@@ -133,10 +131,10 @@ class ModernHttpUpstream(HttpPeer):
         cursor: Any = None
         for _ in range(100):
             params = {"cursor": cursor} if cursor is not None else None
-            result = await self._rpc.call("tools/list", self._calls.params(params),
+            result = await self._rpc.call(TOOLS_LIST, self._calls.params(params),
                                           timeout=self._rpc.remaining(deadline), on_message=None,
                                           transmit=self._transmit, reported_timeout=timeout)
-            self._calls.result("tools/list", params, result)
+            self._calls.result(TOOLS_LIST, params, result)
             cursor = result.get("nextCursor")
             if not isinstance(cursor, str):
                 return
@@ -145,7 +143,7 @@ class ModernHttpUpstream(HttpPeer):
         method = str(message["method"])
         params = message.get("params")
         params = params if isinstance(params, Mapping) else None
-        tool = params.get("name") if params is not None and method == "tools/call" else None
+        tool = params.get("name") if params is not None and method == TOOLS_CALL else None
         mirrored = request_headers(method, params, MODERN_VERSION,
                                    self._calls.tool_headers(tool) if isinstance(tool, str) else None)
         return {**self._base_headers, **mirrored, **trace_headers(message)}

@@ -7,7 +7,7 @@ No I/O here; the transports call these.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from bastion.errors import (
     HEADER_MISMATCH,
@@ -18,13 +18,21 @@ from bastion.errors import (
     UpstreamRpcError,
     UpstreamUnavailable,
 )
+from bastion.protocol.messages import DiscoverResult
+from bastion.protocol.meta import (
+    CLIENT_CAPABILITIES_KEY,
+    CLIENT_INFO_KEY,
+    PROTOCOL_VERSION_KEY,
+    SERVER_INFO_KEY,
+    SUBSCRIPTION_ID_KEY,
+)
+from bastion.protocol.versions import MODERN_VERSION
 from bastion.upstream.base import UpstreamInfo
 
 __all__ = [
     "CLIENT_CAPABILITIES_KEY",
     "CLIENT_INFO_KEY",
     "MODERN_VERSION",
-    "MODERN_VERSIONS",
     "PROTOCOL_VERSION_KEY",
     "SERVER_INFO_KEY",
     "SUBSCRIPTION_ID_KEY",
@@ -39,15 +47,6 @@ __all__ = [
     "offers_list_changes",
     "parse_discover_result",
 ]
-
-MODERN_VERSION = "2026-07-28"
-MODERN_VERSIONS = frozenset({MODERN_VERSION})
-
-PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
-CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
-SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 
 # The JSON-RPC errors only a 2026-07-28 server sends in answer to a modern request (spec: "Backward compatibility").
 _MODERN_ERRORS = frozenset({UNSUPPORTED_PROTOCOL_VERSION, MISSING_CLIENT_CAPABILITY, HEADER_MISMATCH, METHOD_NOT_FOUND})
@@ -107,7 +106,8 @@ def check_result(upstream: str, result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def parse_discover_result(upstream: str, result: Mapping[str, Any]) -> UpstreamInfo:
+def parse_discover_result(upstream: str, answer: Mapping[str, Any]) -> UpstreamInfo:
+    result = cast(DiscoverResult, answer)
     versions = result.get("supportedVersions")
     if not isinstance(versions, list) or MODERN_VERSION not in versions:
         raise UpstreamUnavailable(upstream, log_detail=f"server/discover offers versions {versions!r}")

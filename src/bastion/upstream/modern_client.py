@@ -13,18 +13,16 @@ import structlog
 
 from bastion import __version__
 from bastion.errors import METHOD_NOT_FOUND, RequestError, UpstreamRpcError
+from bastion.protocol.headers import HeaderMap, header_map, invalid_header_reason
+from bastion.protocol.meta import SUBSCRIPTION_ID_KEY
+from bastion.protocol.methods import ACKNOWLEDGED, LIST_CHANGES, LISTEN, TOOLS_LIST
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler
-from bastion.upstream.headers import HeaderMap, header_map, invalid_header_reason
-from bastion.upstream.modern import SUBSCRIPTION_ID_KEY, check_result, envelope, listen_params
+from bastion.upstream.modern import check_result, envelope, listen_params
 from bastion.upstream.supervisor import Backoff
 
 __all__ = ["LIST_CHANGES", "Listener", "ModernCalls"]
 
 log = structlog.get_logger("bastion.upstream")
-
-ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
-LIST_CHANGES = ("notifications/tools/list_changed", "notifications/prompts/list_changed",
-                "notifications/resources/list_changed")
 
 
 class ModernCalls:
@@ -51,7 +49,7 @@ class ModernCalls:
 
     def result(self, method: str, params: Mapping[str, Any] | None, result: dict[str, Any]) -> dict[str, Any]:
         result = check_result(self.name, result)
-        if method == "tools/list" and result.get("resultType", "complete") == "complete":
+        if method == TOOLS_LIST and result.get("resultType", "complete") == "complete":
             result = self._observe_tools(params, result)
         return result
 
@@ -140,4 +138,4 @@ class Listener:
 
 
 def listen_request() -> tuple[str, dict[str, Any]]:
-    return "subscriptions/listen", envelope(listen_params(), __version__)
+    return LISTEN, envelope(listen_params(), __version__)

@@ -43,6 +43,8 @@ from bastion.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from bastion.protocol.meta import SUBSCRIPTION_ID_KEY as SUBSCRIPTION_ID
+from bastion.protocol.methods import CANCELLED, LISTEN, LOG_MESSAGE, PROGRESS, ROOTS_LIST
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler
 from bastion.upstream.ids import RequestIds
 
@@ -52,12 +54,6 @@ log = structlog.get_logger("bastion.upstream")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-PROGRESS = "notifications/progress"
-LOG_MESSAGE = "notifications/message"
-CANCELLED = "notifications/cancelled"
-SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
-ROOTS_LIST = "roots/list"
-LISTEN = "subscriptions/listen"
 # Clean-up sent to an upstream after its caller has been answered (a cancellation notice, the answer to one of its
 # own requests) gets this long; a frozen upstream must not pin a task, a connection or a socket forever.
 CLEANUP_TIMEOUT = 5.0

@@ -19,6 +19,7 @@ import structlog
 
 from bastion import __version__
 from bastion.errors import UpstreamUnavailable
+from bastion.protocol.methods import INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, same_origin, sse_events
@@ -29,7 +30,6 @@ __all__ = ["SseUpstream"]
 
 log = structlog.get_logger("bastion.upstream")
 
-LIST_CHANGED = "notifications/tools/list_changed"
 
 
 class SseUpstream:
@@ -88,10 +88,10 @@ class SseUpstream:
                     self._endpoint = await endpoint
             except TimeoutError:
                 raise UpstreamUnavailable(self.name, log_detail="no endpoint event") from None
-            result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
+            result = await self._rpc.call(INITIALIZE, initialize_params(__version__), timeout=self._init_timeout,
                                           on_message=None, transmit=self._transmit)
             info = parse_initialize_result(self.name, result)
-            await self._rpc.notify("notifications/initialized")
+            await self._rpc.notify(INITIALIZED)
         except BaseException:
             self._stream = None
             stream.cancel()
@@ -99,7 +99,7 @@ class SseUpstream:
         return info
 
     async def _announce_reconnect(self) -> None:
-        await self._rpc.on_notification(LIST_CHANGED, {})
+        await self._rpc.on_notification(TOOLS_LIST_CHANGED, {})
 
     def _endpoint_url(self, data: str) -> str:
         url = urljoin(self._url, data.strip())

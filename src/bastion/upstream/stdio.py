@@ -24,6 +24,7 @@ import structlog
 
 from bastion import __version__
 from bastion.errors import UNSUPPORTED_PROTOCOL_VERSION, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
+from bastion.protocol.methods import DISCOVER, INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.modern import (
@@ -44,8 +45,6 @@ log = structlog.get_logger("bastion.upstream")
 # What a typical server (python, node, npx) needs to start; everything else must be configured explicitly.
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
 
-LIST_CHANGED = "notifications/tools/list_changed"
-DISCOVER = "server/discover"
 
 
 class StdioUpstream:
@@ -181,10 +180,10 @@ class StdioUpstream:
             return await self._discover(self._init_timeout)
 
     async def _initialize(self) -> UpstreamInfo:
-        result = await self._rpc.call("initialize", initialize_params(__version__), timeout=self._init_timeout,
+        result = await self._rpc.call(INITIALIZE, initialize_params(__version__), timeout=self._init_timeout,
                                       on_message=None, transmit=self._transmit)
         info = parse_initialize_result(self.name, result)
-        await self._rpc.notify("notifications/initialized")
+        await self._rpc.notify(INITIALIZED)
         return info
 
     async def _discover(self, timeout: float) -> UpstreamInfo:
@@ -203,7 +202,7 @@ class StdioUpstream:
         return await self._rpc.call(method, params, timeout=None, on_message=handler, transmit=self._transmit)
 
     async def _announce_restart(self) -> None:
-        await self._rpc.on_notification(LIST_CHANGED, {})
+        await self._rpc.on_notification(TOOLS_LIST_CHANGED, {})
 
     async def _stop(self, proc: asyncio.subprocess.Process) -> None:
         # The spec's order: EOF on stdin lets a well-behaved server finish; signals are for the others.

@@ -45,8 +45,36 @@ function live(table) {
   };
 }
 
+// The approvals table: the stream says that something was opened or decided (kind and id, never arguments);
+// the table is then re-fetched as the server renders it, forms and CSRF tokens included. Reloads never overlap:
+// events that arrive during one cause exactly one more.
+function approvals(section) {
+  let running = false;
+  let again = false;
+  async function reload() {
+    if (running) { again = true; return; }
+    running = true;
+    try {
+      do {
+        again = false;
+        const r = await fetch(section.dataset.partial, {credentials: "same-origin", headers: {"accept": "text/html"}});
+        if (r.status === 401) { window.location = "/login"; return; }
+        if (r.ok) { section.innerHTML = await r.text(); }
+      } while (again);
+    } catch (e) { /* the gateway may be restarting: the stream reconnects and syncs again */ }
+    finally { running = false; }
+  }
+  const source = new EventSource(section.dataset.stream);
+  source.onmessage = reload;
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("[data-refresh]").forEach(refreshing);
+  document.querySelectorAll("select[data-autosubmit]").forEach((el) => {
+    el.addEventListener("change", () => el.form.submit());
+  });
+  const pending = document.getElementById("approvals");
+  if (pending && pending.dataset.stream) { approvals(pending); }
   const table = document.getElementById("live");
   if (table) { live(table); }
 });

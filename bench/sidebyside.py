@@ -1,0 +1,369 @@
+"""bastion side by side with the floor and the peers, in one interleaved run: CPU per call and the ratios.
+
+    python bench/sidebyside.py                       # everything, TypeScript SDK upstream, c=1 and c=32
+    python bench/sidebyside.py --upstream fast --targets direct,bastion-off --duration 2 --rounds 1
+
+Starts one upstream and, in front of it, every target at once on free loopback ports, then loads each target in
+turn for ``--warmup`` + ``--duration`` seconds, at each ``--concurrency``, ``--rounds`` times over (interleaved:
+a burst of load elsewhere on the machine spreads over all targets instead of landing on one). Targets:
+
+    direct            the upstream alone
+    nginx             nginx as a reverse proxy with keep-alive upstream connections: the floor of any HTTP proxy
+    bastion-off       bastion with no auth, policy, limits, output validation, sanitizing, pinning or audit
+    bastion-defaults  bastion as shipped: output validation, sanitizing, pinning, audit (to a file)
+    bastion-full      API key, policy, rate limit and sessions in Redis, input+output validation, sanitizing,
+                      pinning, file audit
+    fastmcp           FastMCP's proxy sharing one upstream session: the cheapest Python peer, with no guards
+
+The upstream (``--upstream``): ``ts``, the official TypeScript SDK server (``upstream_ts.mjs``: stateful, JSON
+responses, one ``echo`` tool with input and output schemas), or ``fast``, the bespoke Python upstream
+(``upstream_fast.py --structured``). nginx, the SDK and FastMCP are installed on first use (``peers.py``).
+
+The load generator is ``loadgen.py``'s client, pinned to one CPU; the upstream, the proxies and Redis run on
+another (``--cpus``). CPU per call is each process's own (``/proc/<pid>/stat``) over the measured window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import peers
+from harness import ApiKey, Cpus, bastion_command, commit, redis_command, started, write_config
+from loadgen import BENCH, BenchError, LoadSpec, Result, Target, describe, free_port, machine_summary, merge, run_load
+
+TARGETS = ("direct", "nginx", "bastion-off", "bastion-defaults", "bastion-full", "fastmcp")
+LABELS = {
+    "direct": "direct (the upstream alone)",
+    "nginx": "nginx reverse proxy, keep-alive upstream",
+    "bastion-off": "bastion, everything off",
+    "bastion-defaults": "bastion defaults",
+    "bastion-full": "bastion full",
+    "fastmcp": f"FastMCP {peers.FASTMCP_VERSION} proxy, shared upstream session",
+}
+UPSTREAM_NAME = "up"  # bastion publishes the upstream's echo as up__echo
+KEY_ID = "bench"
+EN_DASH = "\u2013"  # ranges read "0.61\u20130.64", as in docs/performance.md
+
+
+@dataclass(frozen=True)
+class Running:
+    """One target, up and reachable: where to send calls and whose CPU time to read."""
+
+    name: str
+    url: str
+    tool: str
+    pids: Mapping[str, int]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def target(self) -> Target:
+        return Target(url=self.url, tool=self.tool, label=LABELS[self.name], pids=self.pids, headers=self.headers)
+
+
+# -- bastion's three configurations -------------------------------------------------------------------------------
+
+
+def bastion_config(name: str, *, port: int, upstream_url: str, work: Path, redis_url: str | None,
+                   key: ApiKey) -> dict[str, Any]:
+    """The gateway config of one bastion target. Pure: paths and addresses come in, a mapping goes out."""
+    doc: dict[str, Any] = {"listen": {"host": "127.0.0.1", "port": port},
+                           "upstreams": {UPSTREAM_NAME: {"url": upstream_url}},
+                           "logging": {"level": "warning"}}
+    if name == "bastion-off":
+        # Input validation cannot be switched off (docs/validation.md); everything else that can, is.
+        return {**doc, "auth": "none", "validation": {"output": "off"}, "sanitize": {"enabled": False},
+                "pinning": {"enabled": False}, "audit": {"sinks": []}}
+    audit = {"sinks": [{"file": str(work / f"{name}.audit.jsonl")}]}
+    if name == "bastion-defaults":
+        return {**doc, "auth": "none", "pinning": {"file": str(work / f"{name}.pins.json")}, "audit": audit}
+    if name == "bastion-full":
+        if redis_url is None:
+            raise BenchError("bastion-full needs Redis")
+        policies = work / "policies"
+        policies.mkdir(exist_ok=True)
+        write_config(policies / "bench.yaml", {"version": 1, "rules": [
+            {"id": "bench-caller-all", "effect": "allow", "description": "The load generator may call every tool.",
+             "principals": {"ids": [KEY_ID]}}]})
+        return {**doc, "auth": {"api_keys": [dict(key.entry)]}, "redis": {"url": redis_url},
+                "policies": str(policies),
+                "rate_limits": {"defaults": [{"name": "bench-per-principal", "rate": "1000000/second",
+                                              "burst": 1000000, "per": "principal"}]},
+                "validation": {"output": "strict"}, "sanitize": {"enabled": True}, "pinning": {"enabled": True},
+                "audit": audit}
+    raise BenchError(f"not a bastion target: {name}")
+
+
+# -- starting everything ------------------------------------------------------------------------------------------
+
+
+def start_all(stack: ExitStack, names: Sequence[str], *, upstream: str, cpus: Cpus,
+              work: Path) -> tuple[list[Running], dict[str, str]]:
+    """Start the upstream and every chosen target; also returns the versions of what runs, for the header."""
+    versions: dict[str, str] = {}
+    up_port = free_port()
+    if upstream == "ts":
+        up_cmd = peers.ts_upstream_command(up_port)
+        versions["upstream"] = f"TypeScript SDK server (@modelcontextprotocol/sdk {peers.MCP_SDK_VERSION}, " \
+                               f"Node {_version([up_cmd[0], '--version'])}), stateful, JSON responses"
+    else:
+        up_cmd = [sys.executable, str(BENCH / "upstream_fast.py"), "--port", str(up_port), "--structured"]
+        versions["upstream"] = "bench/upstream_fast.py --structured (bespoke asyncio server)"
+    up = stack.enter_context(started(up_cmd, cpus=cpus, port=up_port, log=work / "upstream.err"))
+    upstream_url = f"http://127.0.0.1:{up_port}/mcp"
+    base = {"upstream": up.pid}
+    out: list[Running] = []
+    redis_url, redis_pid = None, None
+    if "bastion-full" in names:
+        redis_port = free_port()
+        redis = stack.enter_context(started(redis_command(redis_port, work), cpus=cpus, port=redis_port,
+                                            log=work / "redis.err"))
+        redis_url, redis_pid = f"redis://127.0.0.1:{redis_port}/0", redis.pid
+        versions["redis"] = _version([redis_command(0, work)[0], "--version"]).split(" sha=")[0]
+    key = ApiKey.new(KEY_ID)
+    for name in names:
+        print(f"starting {name} ...", file=sys.stderr, flush=True)
+        if name == "direct":
+            out.append(Running(name, upstream_url, "echo", base))
+            continue
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/mcp"
+        if name == "nginx":
+            command = peers.nginx_command(peers.nginx_config(work, port=port, upstream_port=up_port))
+            versions["nginx"] = _version([command[0], "-v"]).removeprefix("nginx version: ")
+            proc = stack.enter_context(started(command, cpus=cpus, port=port, log=work / "nginx.err"))
+            out.append(Running(name, url, "echo", {"proxy": proc.pid, **base}))
+        elif name == "fastmcp":
+            command = peers.fastmcp_proxy_command(port, upstream_url)
+            versions["fastmcp"] = peers.FASTMCP_VERSION
+            proc = stack.enter_context(started(command, cpus=cpus, port=port, log=work / "fastmcp.err"))
+            out.append(Running(name, url, "echo", {"proxy": proc.pid, **base}))
+        else:
+            config = write_config(work / f"{name}.yaml", bastion_config(
+                name, port=port, upstream_url=upstream_url, work=work, redis_url=redis_url, key=key))
+            proc = stack.enter_context(started(bastion_command(config), cpus=cpus, log=work / f"{name}.err",
+                                               ready_url=f"http://127.0.0.1:{port}/readyz"))
+            pids = {"proxy": proc.pid, **base}
+            headers: Mapping[str, str] = {}
+            if name == "bastion-full":
+                assert redis_pid is not None
+                pids["redis"] = redis_pid
+                headers = key.headers
+            out.append(Running(name, url, f"{UPSTREAM_NAME}__echo", pids, headers))
+    return out, versions
+
+
+def _version(args: list[str]) -> str:
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=10, check=False)
+    except OSError:
+        return "unknown"
+    return (done.stdout + done.stderr).strip().splitlines()[0] if (done.stdout + done.stderr).strip() else "unknown"
+
+
+# -- running and pooling ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Per concurrency: each target's pooled result, and its rounds one by one (for the ranges)."""
+
+    pooled: Mapping[int, Sequence[Result]]
+    rounds: Mapping[int, Mapping[str, Sequence[Result]]]
+
+
+def measure(running: Sequence[Running], concurrencies: Sequence[int], spec: LoadSpec, rounds: int) -> Measured:
+    # One unmeasured pass over every target first: V8's JIT, CPython's caches and every connection pool are warm
+    # before the first measured window, which would otherwise pay for them alone.
+    for target in running:
+        print(f"priming {target.name} ...", file=sys.stderr, flush=True)
+        asyncio.run(run_load(target.target(), LoadSpec(concurrency=max(concurrencies), duration=spec.warmup or 0.1,
+                                                       warmup=0, arguments=spec.arguments)))
+    raw: dict[int, list[Result]] = {c: [] for c in concurrencies}
+    for r in range(rounds):
+        for c in concurrencies:
+            for target in running:
+                print(f"round {r + 1}/{rounds}, c={c}: {target.name} ...", file=sys.stderr, flush=True)
+                result = asyncio.run(run_load(target.target(), LoadSpec(
+                    concurrency=c, duration=spec.duration, warmup=spec.warmup, arguments=spec.arguments)))
+                print(describe(result), file=sys.stderr, flush=True)
+                raw[c].append(result)
+    by_round: dict[int, dict[str, list[Result]]] = {}
+    for c, results in raw.items():
+        for result in results:
+            by_round.setdefault(c, {}).setdefault(result.label, []).append(result)
+    return Measured(pooled={c: merge(results) for c, results in raw.items()}, rounds=by_round)
+
+
+# -- tables -------------------------------------------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(value: float | None, base: float | None, digits: int = 2) -> str:
+    if value is None or base is None or base == 0:
+        return "—"
+    return f"{value / base:.{digits}f}"
+
+
+def _find(results: Sequence[Result], name: str) -> Result | None:
+    return next((r for r in results if r.label == LABELS[name]), None)
+
+
+def detail_table(results: Sequence[Result]) -> str:
+    """One row per target at one concurrency; ratios against direct (throughput, latency), nginx and FastMCP."""
+    direct, nginx, fastmcp = (_find(results, n) for n in ("direct", "nginx", "fastmcp"))
+    nginx_cpu = nginx.cpu_ms_per_call("proxy") if nginx else None
+    fastmcp_cpu = fastmcp.cpu_ms_per_call("proxy") if fastmcp else None
+    rows = ["| target | calls/s | p50 ms | p99 ms | proxy CPU ms/call | upstream CPU ms/call | Redis CPU ms/call | "
+            "added p50 ms | calls/s vs direct | CPU vs nginx | CPU vs FastMCP | errors |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        cpu = r.cpu_ms_per_call("proxy")
+        added = None if direct is None or r is direct else r.percentile(50) - direct.percentile(50)
+        rate = None if direct is None or r is direct or direct.rate == 0 else r.rate / direct.rate
+        rows.append(
+            f"| {r.label} | {r.rate:,.0f} | {_f(r.percentile(50))} | {_f(r.percentile(99))} | {_f(cpu, 3)} | "
+            f"{_f(r.cpu_ms_per_call('upstream'), 3)} | {_f(r.cpu_ms_per_call('redis'), 3)} | "
+            f"{'—' if added is None else f'{added:+.2f}'} | {_f(rate)} | {_ratio(cpu, nginx_cpu)} | "
+            f"{_ratio(cpu, fastmcp_cpu)} | {r.errors} |")
+    return "\n".join(rows)
+
+
+def _span(values: Sequence[float | None], digits: int) -> str:
+    """``a`` or ``a-b`` (an en dash, as in docs/performance.md) over the rounds."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "—"
+    low, high = min(present), max(present)
+    return f"{low:.{digits}f}" if f"{low:.{digits}f}" == f"{high:.{digits}f}" else \
+        f"{low:.{digits}f}{EN_DASH}{high:.{digits}f}"
+
+
+def summary_table(measured: Measured, names: Sequence[str], low: int, high: int) -> str:
+    """The figures the issue tracks, per target: CPU per call at both concurrencies (range over the rounds),
+    added p50 at ``low``, p99/p50 and calls/s vs direct at ``high``, and the CPU ratios at ``high``."""
+    def per_round(c: int, name: str, value: Callable[[Result, Mapping[str, Result]], float | None]) -> str:
+        runs = measured.rounds[c].get(LABELS[name], [])
+        # Round i of every target ran in the same stretch of time, so ratios pair results round by round.
+        partners = [{n: rs[i] for n in TARGETS if i < len(rs := measured.rounds[c].get(LABELS[n], []))}
+                    for i in range(len(runs))]
+        return _span([value(run, partners[i]) for i, run in enumerate(runs)], 2)
+
+    def cpu(r: Result, _: Mapping[str, Result]) -> float | None:
+        return r.cpu_ms_per_call("proxy")
+
+    def added(r: Result, others: Mapping[str, Result]) -> float | None:
+        return None if "direct" not in others else r.percentile(50) - others["direct"].percentile(50)
+
+    def vs(name: str) -> Callable[[Result, Mapping[str, Result]], float | None]:
+        def ratio(r: Result, others: Mapping[str, Result]) -> float | None:
+            mine, theirs = r.cpu_ms_per_call("proxy"), (others[name].cpu_ms_per_call("proxy")
+                                                        if name in others else None)
+            return None if mine is None or not theirs else mine / theirs
+        return ratio
+
+    def rate(r: Result, others: Mapping[str, Result]) -> float | None:
+        return None if "direct" not in others or not others["direct"].rate else r.rate / others["direct"].rate
+
+    def tail(r: Result, _: Mapping[str, Result]) -> float | None:
+        return r.percentile(99) / r.percentile(50) if r.percentile(50) > 0 else None
+
+    rows = [f"| target | CPU ms/call c={low} | CPU ms/call c={high} | added p50 c={low} ms | p99/p50 c={high} | "
+            f"calls/s c={high} vs direct | CPU vs nginx c={high} | CPU vs FastMCP c={high} |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in names:
+        if name == "direct":
+            continue
+        rows.append(f"| {LABELS[name]} | {per_round(low, name, cpu)} | {per_round(high, name, cpu)} | "
+                    f"{per_round(low, name, added)} | {per_round(high, name, tail)} | "
+                    f"{per_round(high, name, rate)} | {per_round(high, name, vs('nginx'))} | "
+                    f"{per_round(high, name, vs('fastmcp'))} |")
+    return "\n".join(rows)
+
+
+def report(measured: Measured, names: Sequence[str], concurrencies: Sequence[int], header: Sequence[str]) -> str:
+    parts = list(header)
+    for c in concurrencies:
+        parts += ["", f"**c={c}** (rounds pooled):", "", detail_table(measured.pooled[c])]
+    if len(concurrencies) >= 2:
+        low, high = min(concurrencies), max(concurrencies)
+        parts += ["", "**Summary** (ranges are over the rounds; CPU is the proxy process's own):", "",
+                  summary_table(measured, names, low, high)]
+    return "\n".join(parts)
+
+
+# -- command line -------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--upstream", choices=["ts", "fast"], default="ts",
+                        help="ts: the official TypeScript SDK server (default); fast: bench/upstream_fast.py")
+    parser.add_argument("--targets", default=",".join(TARGETS),
+                        help=f"comma-separated, in this order (default: all): {','.join(TARGETS)}")
+    parser.add_argument("--concurrency", default="1,32", help="comma-separated session counts (default: 1,32)")
+    parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per run (default: 10)")
+    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each run (default: 2)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds, pooled (default: 2)")
+    parser.add_argument("--cpus", help="LOADGEN:SERVERS CPUs, e.g. 0:1 (the default on 2+ CPUs), or none")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="write configs, server logs and audit files here and keep them (default: a temp dir)")
+    args = parser.parse_args(argv)
+    args.target_names = [t.strip() for t in args.targets.split(",") if t.strip()]
+    unknown = sorted(set(args.target_names) - set(TARGETS))
+    if unknown or not args.target_names:
+        parser.error(f"--targets: unknown {unknown}; known: {', '.join(TARGETS)}")
+    try:
+        args.levels = [int(c) for c in args.concurrency.split(",")]
+    except ValueError:
+        parser.error("--concurrency: comma-separated integers")
+    if min(args.levels) < 1 or args.duration <= 0 or args.warmup < 0 or args.rounds < 1:
+        parser.error("--concurrency and --rounds must be >= 1, --duration > 0, --warmup >= 0")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cpus = Cpus.parse(args.cpus) if args.cpus else Cpus.default()
+        # Installs come first, so that a missing peer fails before anything runs.
+        with ExitStack() as stack:
+            work = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bastion-sidebyside-")))
+            work.mkdir(parents=True, exist_ok=True)
+            running, versions = start_all(stack, args.target_names, upstream=args.upstream, cpus=cpus, work=work)
+            cpus.pin_loadgen()
+            spec = LoadSpec(duration=args.duration, warmup=args.warmup)
+            measured = measure(running, args.levels, spec, args.rounds)
+    except BenchError as exc:
+        print(f"sidebyside: {exc}", file=sys.stderr)
+        return 1
+    header = [
+        "",
+        f"Machine: {machine_summary()}",
+        f"Commit: {commit()}",
+        f"Command: python bench/sidebyside.py {shlex.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
+        f"Pinning: {cpus.describe()}",
+        "Versions: " + "; ".join(f"{k} {v}" for k, v in versions.items()),
+        f"Load: {args.warmup:g} s warm-up + {args.duration:g} s measured per run, {args.rounds} interleaved "
+        f"round(s), concurrency {', '.join(map(str, args.levels))}, arguments {{\"text\": \"hello\"}}",
+    ]
+    print(report(measured, args.target_names, args.levels, header))
+    failed = [r for rs in measured.pooled.values() for r in rs if r.errors]
+    for r in failed:
+        print(f"sidebyside: {r.label}: {r.errors} failed calls (first: {r.first_error})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

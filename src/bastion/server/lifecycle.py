@@ -1,0 +1,208 @@
+"""The session-based revisions (2024-11-05 … 2025-11-25) at the front door: a session's life, from
+``initialize`` to ``DELETE``.
+
+- ``initialize`` opens a session (``Mcp-Session-Id``), in the store every replica shares;
+- every later request names it, and is served only to the principal that opened it: an unknown id and another
+  principal's id get the same 404, so session ids cannot be probed;
+- notifications and responses within a session are accepted with 202 (``initialized``, cancellations, and the
+  client's answers to bastion's own sampling and elicitation requests);
+- ``GET`` opens the session's stream of unsolicited messages (list changes, upstream logs), one per session on
+  the replica that holds it; ``DELETE`` ends the session;
+- JSON-RPC batches, which only 2025-03-26 sessions may send.
+
+A session is never a credential: the request was authenticated before it gets here. The 2026-07-28 revision has
+none of this (``server/modern.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any, cast
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from bastion import jsonrpc, strictjson
+from bastion.errors import INVALID_REQUEST, HttpError, MessageRejected, ProtocolError
+from bastion.gateway import Gateway
+from bastion.principal import Principal
+from bastion.protocol.messages import InitializeParams
+from bastion.protocol.methods import CANCELLED, INITIALIZE, INITIALIZED, list_changed
+from bastion.protocol.versions import BATCH_VERSION, LEGACY_VERSIONS
+from bastion.server.answer import KEEPALIVE_S, SSE_HEADERS, Answer
+from bastion.server.dispatch import Dispatcher, negotiate
+from bastion.server.emitter import NullEmitter
+from bastion.server.responder import Responder
+from bastion.server.scope import Scope
+from bastion.server.sessions import LiveSession, SessionData, new_session_id
+from bastion.sse import encode_event
+
+__all__ = ["SessionEvent", "SessionLifecycle"]
+
+log = structlog.get_logger("bastion.http")
+
+# ("session.start" | "session.end", session, principal): the audit record of a session's start and end.
+SessionEvent = Callable[[str, SessionData, Principal], Awaitable[None]]
+
+
+class SessionLifecycle:
+    def __init__(self, gateway: Gateway, dispatcher: Dispatcher, responder: Responder,
+                 on_session: SessionEvent | None) -> None:
+        self.gw = gateway
+        self.dispatcher = dispatcher
+        self.responder = responder
+        self.on_session = on_session
+
+    async def find(self, request: Request, principal: Principal) -> SessionData:
+        """The session a request names, if this principal opened it; else 400 (none named) or 404."""
+        sid = request.headers.get("mcp-session-id")
+        if sid is None:
+            raise HttpError(400, "Bad Request: Mcp-Session-Id header is required")
+        data = await self.gw.store.get(sid)
+        # Another principal's session id is answered like an unknown one, so session ids cannot be probed.
+        if data is None or data.principal_id != principal.id:
+            raise HttpError(404, "Session not found", code=INVALID_REQUEST)
+        version = request.headers.get("mcp-protocol-version")
+        if version is not None and version not in LEGACY_VERSIONS:
+            raise HttpError(400, f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}",
+                            data={"supported": list(LEGACY_VERSIONS)})
+        return data
+
+    def _scope(self, request: Request, principal: Principal, session: SessionData, live: LiveSession) -> Scope:
+        return Scope(principal=principal, era="legacy", protocol_version=session.protocol_version,
+                     client_capabilities=session.client_capabilities, client_info=session.client_info,
+                     emitter=NullEmitter(), session=session, live=live, log_level=session.log_level,
+                     traceparent=request.headers.get("traceparent"), tracestate=request.headers.get("tracestate"))
+
+    # -- POST -----------------------------------------------------------------------------------------------
+
+    async def initialize(self, principal: Principal, msg: jsonrpc.Message) -> Answer:
+        params = cast(InitializeParams, msg.params)
+        version = negotiate(params.get("protocolVersion"))
+        caps = jsonrpc.obj(params.get("capabilities"))
+        info = jsonrpc.obj(params.get("clientInfo"))
+        data = SessionData(id=new_session_id(), principal_id=principal.id, protocol_version=version,
+                           client_capabilities=caps,
+                           client_info={k: info[k] for k in ("name", "version", "title") if k in info},
+                           created_at=time.time())
+        await self.gw.store.create(data)
+        if self.on_session is not None:
+            await self.on_session("session.start", data, principal)
+        log.info("session.start", session=data.id[:8], principal=principal.id, version=version,
+                 client=data.client_info.get("name"))
+        return Answer(jsonrpc.result(msg.id, self.dispatcher.initialize_result(version)),
+                      headers={"Mcp-Session-Id": data.id})
+
+    async def serve(self, request: Request, principal: Principal, msg: jsonrpc.Message, sse_ok: bool) -> Response:
+        """One message within the session the request names."""
+        session = await self.find(request, principal)
+        live = self.gw.live.get(session.id)
+        if msg.kind != "request":
+            return (await self._accept(session, live, msg)).response()
+        return await self.responder.respond(self._scope(request, principal, session, live), msg, live, sse_ok)
+
+    async def _accept(self, session: SessionData, live: LiveSession, msg: jsonrpc.Message) -> Answer:
+        """A notification, or the client's answer to one of bastion's own requests: 202 either way."""
+        if msg.kind == "notification":
+            if msg.method == INITIALIZED and not session.initialized:
+                await self.gw.store.update(replace(session, initialized=True))
+            elif msg.method == CANCELLED:
+                task = live.inflight.get(msg.params.get("requestId"))
+                if task is not None:
+                    task.cancel()
+        else:
+            fut = live.pending.get(msg.raw.get("id"))
+            if fut is not None and not fut.done():
+                fut.set_result(msg.raw)
+        return Answer.empty(202)
+
+    async def batch(self, request: Request, principal: Principal, body: list[Any],
+                    doc: strictjson.Document) -> Answer:
+        # Batches existed only in 2025-03-26; later revisions (2025-06-18, 2025-11-25, 2026-07-28, which has no
+        # sessions at all) send one message per POST.
+        if request.headers.get("mcp-session-id") is None:
+            raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
+                            code=INVALID_REQUEST)
+        session = await self.find(request, principal)
+        if session.protocol_version != BATCH_VERSION:
+            raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
+                            code=INVALID_REQUEST)
+        if not body:
+            raise HttpError(400, "Bad Request: empty batch", code=INVALID_REQUEST)
+        live = self.gw.live.get(session.id)
+        scope = self._scope(request, principal, session, live)
+        answers: list[Any] = []
+        for item in body:
+            try:
+                msg = jsonrpc.classify(item, doc.flaw(item))
+            except MessageRejected as exc:
+                await self.responder.audit_rejected(principal, item, exc, cut=doc.cut)
+                answers.append(jsonrpc.error(exc.request_id, exc))
+                continue
+            if msg.kind == "request" and msg.method == INITIALIZE:
+                answers.append(jsonrpc.error(msg.id, ProtocolError(INVALID_REQUEST, "initialize cannot be batched")))
+            elif msg.kind == "request":
+                # Inside a batch only the message counts: an error's HTTP status has nowhere to go.
+                answers.append((await self.responder.run(scope, msg, live)).body)
+            else:
+                await self._accept(session, live, msg)
+        if not answers:
+            return Answer.empty(202)
+        return Answer(answers)
+
+    # -- GET and DELETE -------------------------------------------------------------------------------------
+
+    async def stream(self, request: Request, principal: Principal, sse_ok: bool) -> Response:
+        """The session's stream of unsolicited messages (``GET``), until the client goes or the session ends."""
+        session = await self.find(request, principal)
+        if not sse_ok:
+            raise HttpError(406, "Not Acceptable: GET requires Accept: text/event-stream")
+        live = self.gw.live.get(session.id)
+        if live.get_stream is not None:
+            raise HttpError(409, "Conflict: this session already has a GET stream")
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        live.get_stream = queue
+        live.principal, live.log_level = principal, session.log_level  # for upstream log relay
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield b": bastion stream open\n\n"
+                while True:
+                    try:
+                        async with asyncio.timeout(KEEPALIVE_S):
+                            item = await queue.get()
+                    except TimeoutError:
+                        yield b": keep-alive\n\n"
+                        continue
+                    if not item:  # the session ended
+                        return
+                    yield encode_event(jsonrpc.dumps(item), event="message")
+            finally:
+                if live.get_stream is queue:
+                    live.get_stream = None
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def close(self, request: Request, principal: Principal) -> Answer:
+        """``DELETE``: the session ends, on every replica (the store) and on this one (its live state)."""
+        session = await self.find(request, principal)
+        await self.gw.store.delete(session.id)
+        self.gw.live.drop(session.id)
+        if self.on_session is not None:
+            await self.on_session("session.end", session, principal)
+        log.info("session.end", session=session.id[:8], principal=principal.id)
+        return Answer.empty(200)
+
+    def lists_changed(self, changed: list[str]) -> None:
+        """Relay list changes to every session of this replica that has a GET stream open."""
+        for live in self.gw.live.all():
+            if live.get_stream is None:
+                continue
+            for kind in changed:
+                with contextlib.suppress(asyncio.QueueFull):
+                    live.get_stream.put_nowait(jsonrpc.notification(list_changed(kind)))

@@ -1,0 +1,102 @@
+"""What an upstream sends back in the middle of a call, and how it reaches the caller (or does not).
+
+While an upstream works on a request it may report progress, log, or ask the client something (sampling,
+elicitation, roots). bastion is the client's stand-in: it passes each message on only when the caller can receive
+it on this request (a handshake-era client on an SSE response stream), only when the caller wanted it (a progress
+token, a log floor), and cleaned like any other upstream text. Whatever cannot be relayed is refused towards the
+upstream, so it can degrade instead of waiting.
+
+Kept apart from ``Dispatcher`` because it is the one path where messages flow upstream-to-client within a call;
+the dispatcher decides *that* a call relays, this module decides *what*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from bastion.call import AskClient, Era
+from bastion.errors import ProtocolError
+from bastion.gateway import Gateway
+from bastion.protocol.methods import INPUT_CAPABILITY, LOG_LEVELS, LOG_MESSAGE, PROGRESS, ROOTS_LIST
+from bastion.server.emitter import NullEmitter
+from bastion.server.scope import Scope
+
+__all__ = ["RelayHandler", "asker", "level_allows", "relay"]
+
+# (method, params) of one upstream message -> the client's answer to a request, or None.
+RelayHandler = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]
+
+
+def asker(scope: Scope) -> AskClient | None:
+    """How a guard asks this caller something mid-call: a session-based client that declared elicitation,
+    on a request whose response stream can carry the question; otherwise None."""
+    if scope.era != "legacy" or "elicitation" not in scope.client_capabilities or \
+            isinstance(scope.emitter, NullEmitter):
+        return None
+    emitter = scope.emitter
+
+    async def ask(method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        return await emitter.ask(method, params, timeout=timeout)
+
+    return ask
+
+
+def relay(gateway: Gateway, scope: Scope, upstream: str, progress_token: Any) -> RelayHandler:
+    """The message handler for one call of ``scope``'s caller to ``upstream``."""
+    return _OwnedRelay(scope.principal.id, _relay_to(gateway, scope, upstream, progress_token))
+
+
+def _relay_to(gw: Gateway, scope: Scope, upstream: str, progress_token: Any) -> RelayHandler:
+    async def on_message(method: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        if method == PROGRESS:
+            if progress_token is not None:
+                await scope.emitter.notify(method, gw.clean_notification(upstream, method, dict(params)))
+            return None
+        if method == LOG_MESSAGE:
+            if level_allows(scope.log_level, params.get("level"), scope.era):
+                await scope.emitter.notify(method, gw.clean_notification(upstream, method, dict(params)))
+            return None
+        capability = INPUT_CAPABILITY.get(method)
+        if method == ROOTS_LIST and (scope.era != "legacy" or capability not in scope.client_capabilities
+                                     or isinstance(scope.emitter, NullEmitter)):
+            # bastion advertises roots to upstreams; a caller that cannot be asked shares none.
+            return {"roots": []}
+        if capability is not None:
+            if scope.era != "legacy":
+                # A 2026-07-28 client can only be asked through an input_required result, which would need
+                # this upstream call held open across HTTP requests: refused, so the upstream can degrade.
+                raise ProtocolError(-32601, f"{method} cannot be relayed to a 2026-07-28 client mid-call")
+            if capability not in scope.client_capabilities:
+                raise ProtocolError(-32601, f"the client did not declare the {capability} capability")
+            return await scope.emitter.ask(method, gw.clean_notification(upstream, method, dict(params)),
+                                           timeout=gw.client_request_timeout)
+        if method.startswith("notifications/"):
+            return None
+        raise ProtocolError(-32601, f"Method not found: {method}")
+
+    return on_message
+
+
+def level_allows(floor: str | None, level: Any, era: Era) -> bool:
+    if floor is None:
+        # Modern clients get log messages only when they asked (per request); legacy ones until they set a floor.
+        return era == "legacy"
+    try:
+        return LOG_LEVELS.index(str(level)) >= LOG_LEVELS.index(floor)
+    except ValueError:
+        return False
+
+
+class _OwnedRelay:
+    """A call's message relay that says whose call it is: on a transport without per-request streams (stdio), the
+    upstream session may route an unattributed server request by it (``upstream.session.owner_of``)."""
+
+    __slots__ = ("_relay", "owner")
+
+    def __init__(self, owner: str, relay: RelayHandler):
+        self.owner = owner
+        self._relay = relay
+
+    async def __call__(self, method: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        return await self._relay(method, params)

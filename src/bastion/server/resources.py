@@ -1,0 +1,123 @@
+"""Resources across upstreams: public URIs, and subscriptions to them.
+
+Every upstream names its resources in its own URI space; bastion serves them all on one endpoint, so a prefixed
+upstream's URIs are public as ``<prefix>+<uri>`` (``bastion.catalogue``). Two directions:
+
+- **in**: a URI a client sends (``resources/read``, ``resources/subscribe``, a listen request) is routed to its
+  upstream and original URI, and only if this caller may see that resource: a hidden resource and a missing one
+  get the same answer;
+- **out**: URIs inside what an upstream returns (read contents, links and embedded resources in tool results) get
+  their public form, so a client that follows them is routed back to the same upstream.
+
+An upstream subscription is shared by every session and listen stream of this replica that wants the resource:
+bastion subscribes upstream for each subscriber, and unsubscribes only once nobody here wants it any more.
+
+Kept apart from the method table (``server/dispatch.py``) because the listen stream of 2026-07-28
+(``server/modern.py``) subscribes through it too, outside any method.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from bastion import catalogue as cat
+from bastion.errors import InvalidParams, ProtocolError
+from bastion.gateway import Gateway
+from bastion.protocol.messages import SubscribeParams
+from bastion.protocol.methods import RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE
+from bastion.server.scope import Scope
+
+__all__ = ["Resources", "map_result_uris", "public_contents"]
+
+
+class Resources:
+    def __init__(self, gateway: Gateway, upstream_is_modern: Callable[[str], bool]) -> None:
+        self.gw = gateway
+        self._upstream_is_modern = upstream_is_modern
+
+    def route_visible(self, scope: Scope, uri: object) -> tuple[str, str]:
+        """(upstream, original URI) of a public URI this caller may see; else "not found", whichever it was."""
+        routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed) if isinstance(uri, str) else None
+        if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], str(uri)):
+            raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
+        return routed
+
+    async def subscribe(self, scope: Scope, params: SubscribeParams) -> dict[str, Any]:
+        uri = params.get("uri")
+        upstream, original = self.route_visible(scope, uri)
+        await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original})
+        if scope.live is not None:
+            scope.live.subscriptions.add(str(uri))
+        return {}
+
+    async def unsubscribe(self, scope: Scope, params: SubscribeParams) -> dict[str, Any]:
+        uri = params.get("uri")
+        upstream, original = self.route_visible(scope, uri)
+        if scope.live is not None:
+            scope.live.subscriptions.discard(str(uri))
+        # Other sessions of this replica may still want updates for the same resource.
+        if not any(str(uri) in live.subscriptions for live in self.gw.live.all()):
+            await self.gw.forward(upstream, RESOURCES_UNSUBSCRIBE, {"uri": original})
+        return {}
+
+    async def listen(self, scope: Scope, uris: Iterable[str]) -> frozenset[str]:
+        """Subscribe upstream to the resources a listen request names; the ones that worked are honoured.
+
+        Only handshake-era upstreams can be subscribed to (``resources/subscribe``): bastion's own listen
+        stream to a modern upstream carries list changes only, so their resources are not honoured.
+        """
+        honoured: set[str] = set()
+        for uri in sorted(uris):
+            try:
+                upstream, original = self.route_visible(scope, uri)
+                if self._upstream_is_modern(upstream):
+                    continue
+                await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original})
+            except ProtocolError:
+                continue
+            honoured.add(uri)
+        return frozenset(honoured)
+
+    async def release(self, uris: Iterable[str], still_wanted: set[str]) -> None:
+        """Unsubscribe upstream from resources nobody on this replica listens to any more (best effort)."""
+        for uri in uris:
+            if uri in still_wanted or any(uri in live.subscriptions for live in self.gw.live.all()):
+                continue
+            routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed)
+            if routed is None:
+                continue
+            with contextlib.suppress(ProtocolError):
+                await self.gw.forward(routed[0], RESOURCES_UNSUBSCRIBE, {"uri": routed[1]})
+
+
+def public_contents(result: dict[str, Any], prefix: str | None) -> None:
+    """Give the URIs of a ``resources/read`` result's contents their public form (in place)."""
+    contents = result.get("contents")
+    if prefix and isinstance(contents, list):
+        result["contents"] = [
+            {**c, "uri": cat.public_uri(prefix, c["uri"])} if isinstance(c, dict) and isinstance(
+                c.get("uri"), str) else c for c in contents]
+
+
+def _routable(uri: Any) -> bool:
+    # Web URLs are links for people, not resources of this upstream: they stay as they are.
+    return isinstance(uri, str) and not uri.lower().startswith(("http://", "https://"))
+
+
+def map_result_uris(result: dict[str, Any], prefix: str | None) -> dict[str, Any]:
+    """Give resource URIs inside a prefixed upstream's tool result their public form, so reads route back."""
+    content = result.get("content")
+    if not prefix or not isinstance(content, list):
+        return result
+    mapped = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "resource_link" and _routable(block.get("uri")):
+            block = {**block, "uri": cat.public_uri(prefix, block["uri"])}
+        elif isinstance(block, dict) and block.get("type") == "resource" and isinstance(block.get("resource"), dict) \
+                and _routable(block["resource"].get("uri")):
+            block = {**block, "resource": {**block["resource"],
+                                           "uri": cat.public_uri(prefix, block["resource"]["uri"])}}
+        mapped.append(block)
+    return {**result, "content": mapped}

@@ -1,0 +1,98 @@
+"""The side-by-side benchmark runs end to end, in a smoke mode, so that it cannot rot.
+
+Only bastion's three configurations and the direct target, against the bespoke Python upstream (nginx, FastMCP and
+the TypeScript SDK would be installed on first use: not something a test should do), for a fraction of a second
+per run. Nothing here asserts on timing: only that calls were made and answered without error, and that the
+tables have the rows and columns the docs quote.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.bench.markdown import tables
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+NUMBER = re.compile(r"-?\d+\.\d+")
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_sidebyside_runs_bastion_and_direct_at_two_concurrencies() -> None:
+    done = run("sidebyside.py", "--upstream", "fast", "--targets", "direct,bastion-off,bastion-defaults,bastion-full",
+               "--concurrency", "1,3", "--duration", "0.4", "--warmup", "0.1", "--rounds", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for line in ("Machine: ", "Commit: ", "Command: python bench/sidebyside.py --upstream fast", "Pinning: "):
+        assert line in done.stdout
+    c1, c3, summary = tables(done.stdout)
+    for detail in (c1, c3):
+        header, *rows = detail
+        assert header[:5] == ["target", "calls/s", "p50 ms", "p99 ms", "proxy CPU ms/call"]
+        by_label = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+        assert list(by_label) == ["direct (the upstream alone)", "bastion, everything off", "bastion defaults",
+                                  "bastion full"]
+        for label, row in by_label.items():
+            assert row["errors"] == "0", label
+            assert float(row["calls/s"].replace(",", "")) > 0, label
+            assert NUMBER.fullmatch(row["upstream CPU ms/call"]), label
+        # Only a proxy has proxy CPU; only the full configuration talks to Redis.
+        assert by_label["direct (the upstream alone)"]["proxy CPU ms/call"] == "—"
+        assert all(NUMBER.fullmatch(by_label[b]["proxy CPU ms/call"])
+                   for b in ("bastion, everything off", "bastion defaults", "bastion full"))
+        assert NUMBER.fullmatch(by_label["bastion full"]["Redis CPU ms/call"])
+        assert by_label["bastion defaults"]["Redis CPU ms/call"] == "—"
+        # No nginx or FastMCP ran, so there is nothing to compare with.
+        assert {row["CPU vs nginx"] for row in by_label.values()} == {"—"}
+    assert summary[0][:3] == ["target", "CPU ms/call c=1", "CPU ms/call c=3"]
+    assert [row[0] for row in summary[1:]] == ["bastion, everything off", "bastion defaults", "bastion full"]
+    for row in summary[1:]:
+        assert re.fullmatch(r"\d+\.\d\d(\u2013\d+\.\d\d)?", row[1]), row  # one figure or a range over 2 rounds
+
+
+def test_sidebyside_refuses_an_unknown_target() -> None:
+    done = run("sidebyside.py", "--targets", "direct,haproxy")
+    assert done.returncode == 2
+    assert "unknown ['haproxy']" in done.stderr
+
+
+def test_structured_echo_answers_with_structured_content(bench_modules: None) -> None:
+    from upstream_fast import Catalogue, answer
+
+    catalogue = Catalogue.build(structured=True)
+    assert catalogue.tools[0]["outputSchema"]["required"] == ["text"]
+    call: dict[str, Any] = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                            "params": {"name": "echo", "arguments": {"text": "hi"}}}
+    _, body, _ = answer(call, catalogue)
+    assert orjson.loads(body)["result"]["structuredContent"] == {"text": "hi"}
+    _, plain, _ = answer(call)
+    assert "structuredContent" not in orjson.loads(plain)["result"]
+
+
+def test_bastion_configurations_switch_off_what_they_say(bench_modules: None, tmp_path: Path) -> None:
+    from harness import ApiKey
+    from sidebyside import bastion_config
+
+    key = ApiKey.new("bench")
+    common = {"port": 1, "upstream_url": "http://127.0.0.1:2/mcp", "work": tmp_path, "redis_url": "redis://x:3/0",
+              "key": key}
+    off = bastion_config("bastion-off", **common)
+    assert (off["auth"], off["audit"], off["validation"], off["sanitize"], off["pinning"]) == (
+        "none", {"sinks": []}, {"output": "off"}, {"enabled": False}, {"enabled": False})
+    assert "policies" not in off and "rate_limits" not in off and "redis" not in off
+    defaults = bastion_config("bastion-defaults", **common)
+    assert "validation" not in defaults and "sanitize" not in defaults  # bastion's own defaults apply
+    assert "file" in defaults["audit"]["sinks"][0]
+    full = bastion_config("bastion-full", **common)
+    assert full["auth"] == {"api_keys": [dict(key.entry)]} and full["redis"] == {"url": "redis://x:3/0"}
+    assert full["rate_limits"]["defaults"][0]["per"] == "principal"
+    assert (tmp_path / "policies" / "bench.yaml").exists()
