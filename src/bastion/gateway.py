@@ -29,6 +29,7 @@ from bastion.strictjson import printable
 from bastion.tool import ToolEntry
 from bastion.tracing import NO_TRACING, Tracing
 from bastion.upstream.base import RelatedMessageHandler
+from bastion.visibility import ToolListings
 
 log = structlog.get_logger("bastion.gateway")
 
@@ -96,6 +97,8 @@ class Gateway:
         self.pipeline: Pipeline
         self.access: AccessControl = access or AllowAll()
         self.view = View()
+        # Who sees which tools, per view and policy (tools/list reads it; bastion.visibility).
+        self.listings = ToolListings()
         self.pool: UpstreamPool | None = None
         self.view_steps: list[ViewStep] = []
         self.change_listeners: list[ChangeListener] = []
@@ -269,10 +272,7 @@ class Gateway:
         return tuple(parts)
 
     def visible_tools(self, principal: Principal) -> list[ToolEntry]:
-        view = self.view
-        return [t for t in view.catalogue.tools
-                if t.public_name not in view.quarantined and t.upstream not in view.unavailable
-                and self.access.tool_visible(principal, t)]
+        return list(self.listings.listing(self.view, self.access, principal).tools)
 
 
 def join_instructions(parts: Sequence[tuple[str, str]]) -> str | None:

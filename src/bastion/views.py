@@ -183,9 +183,10 @@ def _refs(cat: Catalogue) -> dict[str, ToolRefs]:
     names: dict[str, set[str]] = {}
     for entry in cat.tools:
         names.setdefault(entry.upstream, set()).update((entry.public_name, entry.original_name))
-    every = set().union(*names.values()) if names else set()
+    # The distinctive names are picked once; each upstream's refs are that set less its own names.
+    every = ToolRefs(set().union(*names.values()) if names else set())
     upstreams = {up for up, _ in (*cat.resources, *cat.templates)} | {p.upstream for p in cat.prompts} | set(names)
-    return {up: ToolRefs(every - names.get(up, set())) for up in upstreams}
+    return {up: every.without(names.get(up, set())) for up in upstreams}
 
 
 class AuditCatalogueDrops:

@@ -235,8 +235,10 @@ class Core:
 
     async def rpc(self, method: str, params: Mapping[str, Any] | None = None, *, scope: Scope | None = None,
                   rid: jsonrpc.RequestId = 1) -> dict[str, Any]:
-        """One request through the dispatcher, as the front door hands it over after parsing."""
-        return await self.dispatcher.handle(scope or client_scope(), request(method, params, rid))
+        """One request through the dispatcher, as the front door hands it over after parsing. Members the
+        dispatcher hands over pre-encoded (``orjson.Fragment``: tools/list pages) are read as a client reads them."""
+        result = await self.dispatcher.handle(scope or client_scope(), request(method, params, rid))
+        return {k: orjson.loads(orjson.dumps(v)) if isinstance(v, orjson.Fragment) else v for k, v in result.items()}
 
     async def refresh(self) -> None:
         """Fetch every upstream's lists again and publish (``UpstreamPool.refresh_now``)."""

@@ -68,15 +68,16 @@ class StringSanitizer:
         """False while a prescan found that no secret rule or injection pattern can match."""
         return self._patterns
 
-    def prescan(self, value: Any) -> None:
+    def prescan(self, value: Any) -> str | None:
         """One RE2 pass per pattern set over all strings of ``value`` (see ``Sanitizer.json_tree``); lasts for this
-        walk."""
+        walk. Returns the strings joined as scanned, or None when ``value`` was too deep to collect whole."""
         strings: list[str] = []
         if not _collect(value, strings, 0):
             self._patterns = True  # not every string was seen: scan each one as it is walked
-            return
+            return None
         joined = "\n\x00\n".join(strings)
         self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+        return joined
 
 
 def _collect(value: Any, out: list[str], depth: int) -> bool:
@@ -86,13 +87,19 @@ def _collect(value: Any, out: list[str], depth: int) -> bool:
     elif depth > 2 * MAX_DEPTH:
         return False
     elif isinstance(value, dict):
+        append = out.append
         for key, item in value.items():
             if isinstance(key, str):
-                out.append(key)
-            if not _collect(item, out, depth + 1):
+                append(key)
+            # A string member is appended here rather than in a call of its own (most members are strings).
+            if type(item) is str:
+                append(item)
+            elif not _collect(item, out, depth + 1):
                 return False
     elif isinstance(value, list):
         for item in value:
-            if not _collect(item, out, depth + 1):
+            if type(item) is str:
+                out.append(item)
+            elif not _collect(item, out, depth + 1):
                 return False
     return True
