@@ -38,7 +38,7 @@ class AdminSources:
     # Pending human approvals (list, decide, subscribe) for the approvals page; None: the page says so.
     approvals: ApprovalService | None = None
     # The principals the auth config names (API key ids with their groups and attributes, never the hashes), for
-    # the catalogue's per-principal view. Empty: ``build_console`` fills it from the gateway's auth section.
+    # the catalogue's per-principal view (``known_principals`` of the auth section).
     principals: tuple[Principal, ...] = ()
     # The number of live sessions, as the sweeper last counted them (``None``: not counted yet).
     sessions: Callable[[], int | None] = lambda: None

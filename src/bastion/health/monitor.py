@@ -50,7 +50,8 @@ async def _ignore_hidden(names: frozenset[str]) -> None:
 
 class HealthMonitor:
     def __init__(self, names: Iterable[str], config: HealthConfig, *, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, on_transition: Transition = _ignore_transition,
+                 on_hidden: Callable[[frozenset[str]], Awaitable[None]] = _ignore_hidden) -> None:
         self.config = config
         self._clock = clock
         self._rng = rng or random.Random()
@@ -61,9 +62,9 @@ class HealthMonitor:
         self._hidden: frozenset[str] = frozenset()
         self._tasks: list[asyncio.Task[None]] = []
         self.probe: Probe | None = None
-        self.on_transition: Transition = _ignore_transition
+        self.on_transition = on_transition
         self.on_recovered: Callable[[str], None] = lambda name: None
-        self.on_hidden: Callable[[frozenset[str]], Awaitable[None]] = _ignore_hidden
+        self.on_hidden = on_hidden
 
     # -- what others read -------------------------------------------------------------------------------------
 
