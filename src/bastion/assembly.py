@@ -12,8 +12,8 @@ are broken by small objects built before both sides:
    (``changes.ChangeFeed``: what the front door announces, which it subscribes to without the core needing it);
 5. the view steps and the ``ViewPublisher`` that runs them (the catalogue state the guards read);
 6. the guard list (``guard_list``) and the pipeline with its tracing;
-7. the health monitor, the relay for upstream notifications, the pool (which publishes through the view
-   publisher), and the ``Gateway`` over all of them;
+7. the relay for upstream notifications, the pool (which publishes through the view publisher and builds the
+   health monitor it probes for), and the ``Gateway`` over all of them;
 8. the front door (authentication, dispatcher, MCP endpoint, HTTP protocol) and the admin console.
 
 Nothing here does I/O or starts a task: ``bastion.app`` starts and stops what this builds, in its lifespan.
@@ -198,16 +198,16 @@ def build(settings: Settings) -> Components:
         if new.state == "restarting":
             restarts[name] = restarts.get(name, 0) + 1  # for the admin console's overview
 
-    monitor = HealthMonitor([m.upstream.name for m in members], health_cfg, on_transition=health_changed,
-                            on_hidden=views.set_unavailable)
     cleaner = UpstreamTextCleaner(sanitize_cfg)
     live = LiveSessions(settings.sessions.idle_timeout_s)
     relay = UpstreamRelay({u.name: u.prefix for u in settings.upstreams}, live, lambda: views.view,
                           access, cleaner.clean_notification, changes)
     pool = UpstreamPool(members, views.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
                         refresh_interval_s=settings.catalogue.refresh_interval_s or None, on_event=relay,
-                        limits=settings.catalogue.limits, on_limit=events.catalogue_limit, health=monitor,
+                        limits=settings.catalogue.limits, on_limit=events.catalogue_limit, health=health_cfg,
+                        on_health=health_changed, on_hidden=views.set_unavailable,
                         on_refresh=metrics.catalogue_refreshed, requests=requests)
+    monitor = pool.monitor
     metrics.declare_upstreams([m.upstream.name for m in members])
     for member in members:
         metrics.upstream_health(member.upstream.name, monitor.status(member.upstream.name).state)

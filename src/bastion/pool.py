@@ -20,6 +20,7 @@ from bastion.catalogue import UpstreamLists
 from bastion.catalogue_limits import CatalogueLimits, LimitDrop, ListBudget, ListKind
 from bastion.errors import RequestError, UpstreamRpcError
 from bastion.health import HealthConfig, HealthMonitor
+from bastion.health.monitor import Transition
 from bastion.refresh_gate import RefreshRequests
 from bastion.upstream.base import Upstream
 
@@ -52,7 +53,9 @@ class UpstreamPool:
     def __init__(self, members: Sequence[Member], on_change: ChangeHandler, *, debounce_s: float = 0.2,
                  retry_max_s: float = 30.0, refresh_interval_s: float | None = None,
                  on_event: EventHandler | None = None, limits: CatalogueLimits | None = None,
-                 on_limit: LimitHandler | None = None, health: HealthMonitor | None = None,
+                 on_limit: LimitHandler | None = None, health: HealthConfig | None = None,
+                 on_health: Transition | None = None,
+                 on_hidden: Callable[[frozenset[str]], Awaitable[None]] | None = None,
                  on_refresh: Callable[[str, RefreshOutcome], None] | None = None,
                  requests: RefreshRequests | None = None) -> None:
         self._members = {m.upstream.name: m for m in members}
@@ -77,10 +80,10 @@ class UpstreamPool:
         self._published: dict[str, UpstreamLists] = {}
         self._limit_seen: dict[str, frozenset[tuple[str, str, int]]] = {}
         # Health is tracked apart from "connected" (``_up``): a connected upstream can die later, and its state
-        # (up, degraded, down, restarting) drives readiness, metrics, fail-fast calls and hidden tools.
-        self.monitor = health or HealthMonitor(self._order, HealthConfig())
-        self.monitor.probe = self._probe
-        self.monitor.on_recovered = self._recovered
+        # (up, degraded, down, restarting) drives readiness, metrics (``on_health``), fail-fast calls and hidden
+        # tools (``on_hidden``). The pool probes for it and refreshes the lists of an upstream that recovered.
+        self.monitor = HealthMonitor(self._order, health or HealthConfig(), probe=self._probe,
+                                     on_recovered=self._recovered, on_transition=on_health, on_hidden=on_hidden)
 
     @property
     def names(self) -> list[str]:

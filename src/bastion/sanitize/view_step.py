@@ -32,7 +32,7 @@ from bastion.sanitize.definitions import (
 from bastion.sanitize.walk import ToolRefs, finding_class
 from bastion.view import View, join_instructions
 
-# The logger these records were always written under.
+# The logger name these warnings always had: log pipelines may filter on it.
 log = structlog.get_logger("bastion.views")
 
 ItemKey = tuple[str, str, str]  # (kind, upstream, item)
