@@ -10,17 +10,14 @@ from collections.abc import Callable
 
 from bastion.call import RequestGuard, ResponseGuard
 from bastion.flow import FlowStore
-from bastion.pinning.guard import QuarantineGuard
+from bastion.pinning import QuarantineGuard
 from bastion.policy.guard import PolicyGuard, PolicyHolder
 from bastion.ratelimit import Limiter, RateLimitConfig
 from bastion.ratelimit.guard import RateLimitGuard
 from bastion.refresh_gate import RefreshGate
 from bastion.refresh_guard import RefreshGateGuard
-from bastion.sanitize.config import SanitizeConfig
-from bastion.sanitize.guard import SanitizeGuard
-from bastion.sanitize.shape import ResultShapeGuard
-from bastion.validation import InputSchemaGuard, OutputSchemaGuard, ValidationConfig
-from bastion.validation.view_step import validators_for
+from bastion.sanitize import ResultShapeGuard, SanitizeConfig, SanitizeGuard
+from bastion.validation import InputSchemaGuard, OutputSchemaGuard, ValidationConfig, validators_for
 from bastion.view import View
 
 
