@@ -12,7 +12,7 @@ are broken by small objects built before both sides:
    (``changes.ChangeFeed``: what the front door announces, which it subscribes to without the core needing it);
 5. the view steps and the ``ViewPublisher`` that runs them (the catalogue state the guards read);
 6. the guard list (``guard_list``) and the pipeline with its tracing;
-7. the relay for upstream notifications, the pool (which publishes through the view publisher and builds the
+7. the broadcast of upstream notifications, the pool (which publishes through the view publisher and builds the
    health monitor it probes for), and the ``Gateway`` over all of them;
 8. the front door (authentication, dispatcher, MCP endpoint, HTTP protocol) and the admin console.
 
@@ -37,6 +37,7 @@ from bastion.approvals.store import ApprovalStore, MemoryApprovalStore, RedisApp
 from bastion.audit import AuditCatalogueDrops, AuditConfig, AuditEvents, AuditLog, CallAuditor, build_audit_log
 from bastion.auth import build_authenticator
 from bastion.auth.config import AuthConfig
+from bastion.broadcast import UpstreamBroadcast
 from bastion.call import AuditHook
 from bastion.changes import ChangeFeed
 from bastion.errors import AuthenticationError
@@ -66,7 +67,6 @@ from bastion.principal import Principal
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
 from bastion.redisconn import ADMIN, RedisClients, open_client
 from bastion.refresh_gate import RefreshRequests
-from bastion.relay import UpstreamRelay
 from bastion.sanitize import SanitizeConfig, SanitizeDefinitions, UpstreamTextCleaner
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
@@ -200,10 +200,10 @@ def build(settings: Settings) -> Components:
 
     cleaner = UpstreamTextCleaner(sanitize_cfg)
     live = LiveSessions(settings.sessions.idle_timeout_s)
-    relay = UpstreamRelay({u.name: u.prefix for u in settings.upstreams}, live, lambda: views.view,
+    broadcast = UpstreamBroadcast({u.name: u.prefix for u in settings.upstreams}, live, lambda: views.view,
                           access, cleaner.clean_notification, changes)
     pool = UpstreamPool(members, views.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
-                        refresh_interval_s=settings.catalogue.refresh_interval_s or None, on_event=relay,
+                        refresh_interval_s=settings.catalogue.refresh_interval_s or None, on_event=broadcast,
                         limits=settings.catalogue.limits, on_limit=events.catalogue_limit, health=health_cfg,
                         on_health=health_changed, on_hidden=views.set_unavailable,
                         on_refresh=metrics.catalogue_refreshed, requests=requests)

@@ -2,7 +2,7 @@
 
 Two kinds of news, both produced below the HTTP layer and delivered by it: the catalogue changed (clients get
 ``notifications/*/list_changed``, announced by ``ViewPublisher``) and an upstream resource was updated
-(subscribed modern listeners get it, relayed by ``UpstreamRelay``). The feed is built first and handed to
+(subscribed modern listeners get it, relayed by ``UpstreamBroadcast``). The feed is built first and handed to
 both sides, so the producers never hold the front door and the front door subscribes in its own constructor.
 """
 

@@ -1,5 +1,7 @@
 """Upstream notifications sent outside any request, delivered to this replica's sessions.
 
+(Messages an upstream sends *within* a call go back to that call's caller: ``server.relay``.)
+
 The pool hands every such notification here (``on_event``). Two are relayed, both cleaned as upstream text
 first (``sanitize.upstream_text``): ``notifications/resources/updated``, under its public URI, to the sessions
 subscribed to that resource and to the change feed (modern listen streams); and ``notifications/message``, to
@@ -24,7 +26,7 @@ from bastion.view import View
 CleanNotification = Callable[[str, str, dict[str, Any]], dict[str, Any]]
 
 
-class UpstreamRelay:
+class UpstreamBroadcast:
     def __init__(self, prefixes: Mapping[str, str | None], live: LiveSessions, view: Callable[[], View],
                  access: AccessControl, clean: CleanNotification, changes: ChangeFeed) -> None:
         self._prefixes = dict(prefixes)
