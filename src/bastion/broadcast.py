@@ -16,8 +16,7 @@ from typing import Any
 
 from bastion import catalogue as cat
 from bastion.changes import ChangeFeed
-from bastion.gateway import AccessControl
-from bastion.principal import Principal
+from bastion.gateway import AccessControl, may_see_upstream
 from bastion.server.log_relay import log_targets, stamped
 from bastion.server.sessions import LiveSessions
 from bastion.view import View
@@ -53,7 +52,8 @@ class UpstreamBroadcast:
         self._changes.resource_updated(public, cleaned)
 
     def _relay_log(self, upstream: str, params: Mapping[str, Any]) -> None:
-        targets = log_targets(self._live.all(), params.get("level"), lambda p: self.may_see_upstream(p, upstream))
+        targets = log_targets(self._live.all(), params.get("level"),
+                              lambda p: may_see_upstream(self._view(), self._access, p, upstream))
         if not targets:
             return
         cleaned = self._clean(upstream, "notifications/message", stamped(upstream, params))
@@ -61,14 +61,3 @@ class UpstreamBroadcast:
         for live in targets:
             if live.get_stream is not None:
                 live.get_stream.put_nowait(message)
-
-    def may_see_upstream(self, principal: Principal, upstream: str) -> bool:
-        """Whether anything of ``upstream`` is visible to ``principal`` (a tool, prompt or resource)."""
-        view = self._view()
-        catalogue = view.catalogue
-        return any(t.upstream == upstream and t.public_name not in view.quarantined
-                   and self._access.tool_visible(principal, t) for t in catalogue.tools) \
-            or any(p.upstream == upstream and self._access.prompt_visible(principal, upstream, p.public_name)
-                   for p in catalogue.prompts) \
-            or any(up == upstream and self._access.resource_visible(principal, up, str(r.get("uri")))
-                   for up, r in catalogue.resources)

@@ -161,11 +161,26 @@ class Gateway:
                 return up
         raise KeyError(name)
 
+    def may_see_upstream(self, principal: Principal, upstream: str) -> bool:
+        """Whether anything of ``upstream`` is visible to ``principal`` (a tool, prompt or resource)."""
+        return may_see_upstream(self.view, self.access, principal, upstream)
+
     def visible_tools(self, principal: Principal) -> list[ToolEntry]:
         view = self.view
         return [t for t in view.catalogue.tools
                 if t.public_name not in view.quarantined and t.upstream not in view.unavailable
                 and self.access.tool_visible(principal, t)]
+
+
+def may_see_upstream(view: View, access: AccessControl, principal: Principal, upstream: str) -> bool:
+    """Whether anything of ``upstream`` is visible to ``principal`` in ``view`` (a tool, prompt or resource)."""
+    catalogue = view.catalogue
+    return any(t.upstream == upstream and t.public_name not in view.quarantined
+               and access.tool_visible(principal, t) for t in catalogue.tools) \
+        or any(p.upstream == upstream and access.prompt_visible(principal, upstream, p.public_name)
+               for p in catalogue.prompts) \
+        or any(up == upstream and access.resource_visible(principal, up, str(r.get("uri")))
+               for up, r in catalogue.resources)
 
 
 async def _discard(record: dict[str, Any]) -> None:
