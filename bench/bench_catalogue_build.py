@@ -43,16 +43,23 @@ sys.path.insert(0, str(REPO))
 from tests.support.catalogue_corpus import upstream_lists  # noqa: E402
 
 from bastion import catalogue as cat  # noqa: E402
-from bastion.gateway import AllowAll, View  # noqa: E402
+from bastion.access import AllowAll  # noqa: E402
+from bastion.audit import AuditCatalogueDrops, AuditEvents  # noqa: E402
 from bastion.logs import configure_logging  # noqa: E402
 from bastion.metrics import Metrics  # noqa: E402
-from bastion.pinning import FilePinStore, Pinning, PinningConfig  # noqa: E402
+from bastion.pinning import (  # noqa: E402
+    FilePinStore,
+    Pinning,
+    PinningConfig,
+    PinTools,
+)
 from bastion.policy.guard import PolicyAccess, PolicyHolder  # noqa: E402
 from bastion.policy.load import PolicyText, compile_policies  # noqa: E402
 from bastion.principal import Principal  # noqa: E402
+from bastion.sanitize import SanitizeDefinitions  # noqa: E402
 from bastion.sanitize.config import SanitizeConfig  # noqa: E402
-from bastion.validation import ValidationConfig  # noqa: E402
-from bastion.views import AuditCatalogueDrops, CompileSchemas, PinTools, SanitizeDefinitions  # noqa: E402
+from bastion.validation import CompileSchemas, ValidationConfig  # noqa: E402
+from bastion.view import View  # noqa: E402
 
 try:
     from bastion.visibility import ToolListings
@@ -72,11 +79,11 @@ class _Audit:
 
 
 def steps(work: Path) -> list[Callable[[View, Any], Awaitable[View]]]:
-    audit = _Audit()
+    events = AuditEvents(_Audit().emit)
     pinning = Pinning(FilePinStore(work / "pins.json"), PinningConfig())
     return [CompileSchemas(ValidationConfig(), Metrics()), SanitizeDefinitions(SanitizeConfig.from_mapping(None),
-                                                                               emit=audit.emit),
-            PinTools(pinning, audit), AuditCatalogueDrops(audit.emit)]  # type: ignore[arg-type]
+                                                                               events),
+            PinTools(pinning, events), AuditCatalogueDrops(events)]
 
 
 async def rebuild(lists: dict[str, cat.UpstreamLists], view_steps: list[Any]) -> tuple[View, dict[str, float]]:

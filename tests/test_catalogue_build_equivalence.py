@@ -22,12 +22,13 @@ from typing import Any
 import orjson
 
 from bastion import catalogue as cat
-from bastion.gateway import View
+from bastion.audit import AuditCatalogueDrops, AuditEvents
 from bastion.metrics import Metrics
-from bastion.pinning import FilePinStore, Pinning, PinningConfig
+from bastion.pinning import FilePinStore, Pinning, PinningConfig, PinTools
+from bastion.sanitize import SanitizeDefinitions
 from bastion.sanitize.config import SanitizeConfig
-from bastion.validation import ValidationConfig
-from bastion.views import VALIDATORS, AuditCatalogueDrops, CompileSchemas, PinTools, SanitizeDefinitions
+from bastion.validation import VALIDATORS, CompileSchemas, ValidationConfig
+from bastion.view import View
 from tests.support.catalogue_corpus import upstream_lists
 
 RECORDED = "f0d696dd6e2d6f92a3fec3a61ed132ccdfbce4e5e14b78196acdd0f73b68544f"
@@ -88,17 +89,17 @@ async def summary(work: Path) -> str:
     async def emit(record: dict[str, Any]) -> None:
         records.append(record)
 
-    class Audit:
-        async def emit(self, record: dict[str, Any]) -> None:
-            records.append({**record, "at": 0, "time": ""})  # PinTools stamps drift with the wall clock
+    async def pin_emit(record: dict[str, Any]) -> None:
+        records.append({**record, "at": 0, "time": ""})  # PinTools stamps drift with the wall clock
 
     clock = lambda: 1.0e9  # noqa: E731
     pinning = Pinning(FilePinStore(work / "pins.json"), PinningConfig(),
                       clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    events = AuditEvents(emit, clock=clock)
     steps = [CompileSchemas(ValidationConfig(), Metrics()),
-             SanitizeDefinitions(SanitizeConfig.from_mapping(None), emit=emit, clock=clock),
-             PinTools(pinning, Audit()),  # type: ignore[arg-type]
-             AuditCatalogueDrops(emit, clock=clock)]
+             SanitizeDefinitions(SanitizeConfig.from_mapping(None), events),
+             PinTools(pinning, AuditEvents(pin_emit, clock=clock)),
+             AuditCatalogueDrops(events)]
     observed: list[Any] = []
     lists = corpus()
     changed = dict(lists)

@@ -9,10 +9,11 @@ import orjson
 import pytest
 
 from bastion import catalogue as cat
-from bastion.gateway import AllowAll, View
+from bastion.access import AllowAll
 from bastion.policy.decide import PolicySet
 from bastion.policy.guard import PolicyAccess, PolicyHolder
 from bastion.principal import Principal
+from bastion.view import View
 from bastion.visibility import ToolListings
 from tests.policy.support import policy, who
 from tests.support.catalogue_corpus import upstream_lists

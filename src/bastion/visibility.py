@@ -18,16 +18,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
 from bastion import catalogue as cat
+from bastion.access import AccessControl
 from bastion.principal import Principal
 from bastion.tool import ToolEntry
-
-if TYPE_CHECKING:
-    from bastion.gateway import AccessControl, View
+from bastion.view import View
 
 DEFAULT_MAX_CALLERS = 1024
 

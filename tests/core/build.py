@@ -6,15 +6,15 @@ and wired is the one thing expected to change under them (the assembly is being 
 calls a constructor of the core or assigns onto one of its objects: they go through the functions here, and a
 change of constructors is absorbed by this file alone.
 
-``running_core`` wires the objects the way ``bastion.app.create_app`` does, with its own guard order
-(``bastion.app._guards``) and sanitizer wiring, but with memory stores and sinks instead of Redis, files and
+``running_core`` wires the objects the way ``bastion.assembly.build`` does, with its guard order
+(``bastion.guard_list``) and upstream-text cleaner, but with memory stores and sinks instead of Redis, files and
 subprocesses.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,19 +23,22 @@ import yaml
 
 from bastion import catalogue as cat
 from bastion import jsonrpc
-from bastion.app import _guards, _wire_sanitizer
+from bastion.access import AccessControl, AllowAll
 from bastion.approvals import ApprovalsConfig, ApprovalService
 from bastion.approvals.guard import ApprovalGuard
 from bastion.approvals.store import MemoryApprovalStore
+from bastion.audit import AuditCatalogueDrops, AuditEvents
 from bastion.audit.hook import CallAuditor
 from bastion.audit.log import AuditLog
 from bastion.audit.sinks import AuditSinkError
+from bastion.broadcast import UpstreamBroadcast
 from bastion.call import AuditHook, Era, RequestGuard, ResponseGuard
+from bastion.changes import CatalogueListener, ChangeFeed
 from bastion.flow import MemoryFlowStore
-from bastion.gateway import AccessControl, ChangeListener, Gateway, View, ViewStep
-from bastion.health import HealthConfig, HealthMonitor
+from bastion.gateway import Gateway
+from bastion.guard_list import guard_list
 from bastion.metrics import Metrics
-from bastion.pinning import Pinning, PinningConfig, PinStoreUnavailable
+from bastion.pinning import Pinning, PinningConfig, PinStoreUnavailable, PinTools
 from bastion.pinning.model import Pin
 from bastion.pinning.store import W
 from bastion.pipeline import Pipeline
@@ -44,15 +47,16 @@ from bastion.policy.load import PolicyText, compile_policies
 from bastion.pool import Member, UpstreamPool
 from bastion.principal import Principal
 from bastion.ratelimit import RateLimitConfig, build_limiter
-from bastion.sanitize.config import SanitizeConfig
+from bastion.refresh_gate import RefreshRequests
+from bastion.sanitize import SanitizeConfig, SanitizeDefinitions, UpstreamTextCleaner
 from bastion.server.dispatch import Dispatcher, Scope
 from bastion.server.emitter import Emitter, NullEmitter
-from bastion.server.sessions import MemorySessionStore
+from bastion.server.sessions import LiveSessions, MemorySessionStore
 from bastion.server.state import StateSealer
 from bastion.settings import Settings, loads
 from bastion.tool import ToolEntry
-from bastion.validation import ToolValidators, ValidationConfig
-from bastion.views import AuditCatalogueDrops, CompileSchemas, PinTools, SanitizeDefinitions, validators_for
+from bastion.validation import CompileSchemas, ToolValidators, ValidationConfig, validators_for
+from bastion.view import View, ViewPublisher, ViewStep
 from tests.support.memory_upstream import MemoryUpstream
 
 ALICE = Principal(id="alice", groups=frozenset({"eng"}), auth_method="api_key")
@@ -164,22 +168,35 @@ def compile_schemas(config: Mapping[str, Any] | None = None) -> CompileSchemas:
 
 def sanitize_definitions(config: Mapping[str, Any] | None = None,
                          emit: Callable[[dict[str, Any]], Awaitable[None]] | None = None) -> SanitizeDefinitions:
-    return SanitizeDefinitions(SanitizeConfig.from_mapping(config), emit=emit)
+    return SanitizeDefinitions(SanitizeConfig.from_mapping(config),
+                               AuditEvents(emit) if emit is not None else None)
 
 
 def pin_tools(pins: Pinning, log: AuditLog, on_degraded: Callable[[str], None] | None = None) -> PinTools:
-    return PinTools(pins, log, on_degraded=on_degraded)
+    return PinTools(pins, AuditEvents(log.emit), on_degraded=on_degraded)
 
 
-def audit_catalogue_drops(emit: Callable[[dict[str, Any]], Awaitable[None]]) -> AuditCatalogueDrops:
-    return AuditCatalogueDrops(emit)
+def audit_catalogue_drops(emit: Callable[[dict[str, Any]], Coroutine[Any, Any, None]]) -> AuditCatalogueDrops:
+    return AuditCatalogueDrops(AuditEvents(emit))
 
 
-def gateway(config: Settings, steps: Sequence[ViewStep] = (), *, access: AccessControl | None = None) -> Gateway:
-    """A gateway with no pool: its catalogue is fed with ``rebuild``."""
-    gw = Gateway(config, store=MemorySessionStore(60.0, 100), access=access)
-    gw.view_steps.extend(steps)
-    return gw
+class FedGateway(Gateway):
+    """A gateway whose catalogue the test feeds itself (``rebuild``), through the view publisher it was built on;
+    its pool has no upstreams."""
+
+    def __init__(self, config: Settings, publisher: ViewPublisher, changes: ChangeFeed,
+                 access: AccessControl | None) -> None:
+        super().__init__(config, store=MemorySessionStore(60.0, 100), live=LiveSessions(60.0), views=publisher,
+                         pool=UpstreamPool([], publisher.rebuild), changes=changes, access=access,
+                         pipeline=Pipeline([], [], CallAuditor(audit_log())))
+        self.publisher = publisher
+
+
+def gateway(config: Settings, steps: Sequence[ViewStep] = (), *, access: AccessControl | None = None) -> FedGateway:
+    """A gateway with no upstreams: its catalogue is fed with ``rebuild``."""
+    changes = ChangeFeed()
+    return FedGateway(config, ViewPublisher((), steps, changes, separator=config.catalogue.separator,
+                                            on_collision=config.catalogue.on_collision), changes, access)
 
 
 def validators_of(gw: Gateway) -> Callable[[ToolEntry], ToolValidators | None]:
@@ -187,17 +204,17 @@ def validators_of(gw: Gateway) -> Callable[[ToolEntry], ToolValidators | None]:
     return validators_for(lambda: gw.view)
 
 
-def on_change(gw: Gateway, listener: ChangeListener) -> None:
-    gw.change_listeners.append(listener)
+def on_change(gw: Gateway, listener: CatalogueListener) -> None:
+    gw.changes.subscribe(listener)
 
 
-async def rebuild(gw: Gateway, lists: Mapping[str, cat.UpstreamLists]) -> View:
-    await gw.rebuild(lists)
+async def rebuild(gw: FedGateway, lists: Mapping[str, cat.UpstreamLists]) -> View:
+    await gw.publisher.rebuild(lists)
     return gw.view
 
 
-async def set_unavailable(gw: Gateway, upstreams: frozenset[str]) -> View:
-    await gw.set_unavailable(upstreams)
+async def set_unavailable(gw: FedGateway, upstreams: frozenset[str]) -> View:
+    await gw.publisher.set_unavailable(upstreams)
     return gw.view
 
 
@@ -271,42 +288,47 @@ async def running_core(*upstreams: MemoryUpstream, policy_text: str | None = Non
     conf = settings({u.name: upstream_config.get(u.name, {}) for u in upstreams}, **config)
     sink = MemorySink()
     log = audit_log(sink)
+    events = AuditEvents(log.emit)
     holder = policy(policy_text) if policy_text is not None else None
-    gw = Gateway(conf, store=MemorySessionStore(60.0, 100), access=PolicyAccess(holder) if holder else None)
+    access: AccessControl = PolicyAccess(holder) if holder else AllowAll()
     limits_cfg: RateLimitConfig = conf.section("rate_limits")
     validation_cfg: ValidationConfig = conf.section("validation")
     sanitize_cfg: SanitizeConfig = conf.section("sanitize")
     approvals = ApprovalService(conf.section("approvals") or ApprovalsConfig(), MemoryApprovalStore())
     limiter = build_limiter(limits_cfg, None)
-    request_guards, response_guards = _guards(gw, holder, limiter, limits_cfg, validation_cfg, sanitize_cfg,
-                                              MemoryFlowStore(), ApprovalGuard(approvals))
-    steps: list[ViewStep] = [CompileSchemas(validation_cfg, Metrics()),
-                             SanitizeDefinitions(sanitize_cfg, emit=log.emit)]
+    by_name = {u.name: u for u in upstreams}
+    members = [Member(upstream=u, prefix=cfg.prefix, timeout_s=min(cfg.timeout, cfg.max_timeout))
+               for cfg in conf.upstreams if (u := by_name.get(cfg.name)) is not None]
+    requests, changes = RefreshRequests(), ChangeFeed()
+    steps: list[ViewStep] = [CompileSchemas(validation_cfg, Metrics()), SanitizeDefinitions(sanitize_cfg, events)]
     pin_store: MemoryPinStore | None = None
     pinning_cfg: PinningConfig = conf.section("pinning")
     if pinning_cfg.enabled:
         pin_store = MemoryPinStore()
-        steps.append(PinTools(Pinning(pin_store, pinning_cfg), log))
-    steps.append(AuditCatalogueDrops(log.emit))
-    gw.view_steps.extend(steps)
-    _wire_sanitizer(gw, sanitize_cfg)
-    gw.pipeline = Pipeline(request_guards, response_guards, CallAuditor(log))
-    gw.emit_audit = log.emit
-    by_name = {u.name: u for u in upstreams}
-    members = [Member(upstream=u, prefix=cfg.prefix, timeout_s=min(cfg.timeout, cfg.max_timeout))
-               for cfg in conf.upstreams if (u := by_name.get(cfg.name)) is not None]
-    monitor = HealthMonitor([m.upstream.name for m in members], conf.section("health") or HealthConfig())
-    monitor.on_hidden = gw.set_unavailable
-    pool = UpstreamPool(members, gw.rebuild, debounce_s=0.01, refresh_interval_s=None,
-                        on_event=gw.upstream_event, limits=conf.catalogue.limits, health=monitor)
-    gw.pool = pool
+        steps.append(PinTools(Pinning(pin_store, pinning_cfg), events))
+    steps.append(AuditCatalogueDrops(events))
+    views = ViewPublisher([m.upstream for m in members], steps, changes, separator=conf.catalogue.separator,
+                          on_collision=conf.catalogue.on_collision)
+    request_guards, response_guards = guard_list(
+        lambda: views.view, requests.gate, conf.catalogue.gate_timeout_s, holder, limiter, limits_cfg,
+        validation_cfg, sanitize_cfg, MemoryFlowStore(), ApprovalGuard(approvals))
+    cleaner = UpstreamTextCleaner(sanitize_cfg)
+    live = LiveSessions(conf.sessions.idle_timeout_s)
+    broadcast = UpstreamBroadcast({u.name: u.prefix for u in conf.upstreams}, live, lambda: views.view, access,
+                                  cleaner.clean_notification, changes)
+    pool = UpstreamPool(members, views.rebuild, debounce_s=0.01, refresh_interval_s=None, on_event=broadcast,
+                        limits=conf.catalogue.limits, health=conf.section("health"), on_hidden=views.set_unavailable,
+                        requests=requests)
+    gw = Gateway(conf, store=MemorySessionStore(60.0, 100), live=live, views=views, pool=pool,
+                 pipeline=Pipeline(request_guards, response_guards, CallAuditor(log)), changes=changes,
+                 access=access, cleaner=cleaner, emit_audit=events.emit)
     core = Core(settings=conf, gateway=gw, pool=pool, dispatcher=Dispatcher(gw, StateSealer(conf.sessions.state)),
                 sink=sink, upstreams=dict(by_name), pins=pin_store)
 
     async def record_change(changed: list[str]) -> None:
         core.changes.append(changed)
 
-    gw.change_listeners.append(record_change)
+    changes.subscribe(record_change)
     await pool.start()
     try:
         yield core

@@ -42,8 +42,8 @@ from bastion.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from bastion.pinning import QuarantineGuard
 from bastion.policy.guard import PolicyGuard
-from bastion.quarantine import QuarantineGuard
 from bastion.ratelimit import RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard
 from bastion.sanitize.config import SanitizeConfig

@@ -1,8 +1,9 @@
 """The catalogue view in process: the view steps as the gateway chains them, and the gateway's view state.
 
-``Gateway.rebuild`` merges the upstreams' lists and runs the steps in order (compile schemas, sanitize
-definitions, pin tools, audit drops), each on the previous step's view; ``set_unavailable`` hides an upstream's
-tools; ``visible_tools`` is what a principal is shown; change listeners hear what changed, once per change.
+``ViewPublisher.rebuild`` (the gateway's catalogue state) merges the upstreams' lists and runs the steps in order
+(compile schemas, sanitize definitions, pin tools, audit drops), each on the previous step's view;
+``set_unavailable`` hides an upstream's tools; ``visible_tools`` is what a principal is shown; change listeners
+hear what changed, once per change.
 (The sanitize and drop steps on their own are in tests/sanitize/test_view_step.py.)
 """
 
@@ -14,8 +15,8 @@ from typing import Any
 import pytest
 
 from bastion import catalogue as cat
-from bastion.gateway import View
 from bastion.policy.guard import PolicyAccess
+from bastion.view import View
 from tests.audit.helpers import assert_valid
 from tests.core import build
 from tests.core.build import ALICE, BOB, MemoryPinStore, MemorySink

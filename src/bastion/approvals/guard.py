@@ -1,6 +1,6 @@
 """The ``approval`` request guard: holds a call an ``effect: approve`` rule matched until a person says yes.
 
-It runs right after the policy guard and before the rate limiter (see ``app._guards`` for why), asks the calling
+It runs right after the policy guard and before the rate limiter (see ``guard_list`` for why), asks the calling
 user through the client when the client can be asked (``elicitation/create`` in the session-based era) and lets
 admins decide at the same time; the first verdict wins. Approved: the call goes on. Declined, timed out, or
 refused because too many calls wait: a tool error the model can read. Either way the call's one audit record
