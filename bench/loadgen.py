@@ -38,7 +38,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,6 +216,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+Probe = Callable[[], Mapping[str, float]]
+"""Cumulative counters a server keeps of itself (Redis's ``INFO``), read at both ends of the window like /proc."""
+
+
 @dataclass(frozen=True)
 class Target:
     url: str
@@ -223,6 +227,7 @@ class Target:
     label: str = ""
     pids: Mapping[str, int] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    probes: Mapping[str, Probe] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, spec: str, default_tool: str) -> Target:
@@ -263,6 +268,7 @@ class Result:
     cpu_s: Mapping[str, float]
     loadgen_cpu_s: float
     first_error: str | None = None
+    counters: Mapping[str, float] = field(default_factory=dict)  # "probe:counter" -> its increase in the window
 
     @property
     def rate(self) -> float:
@@ -279,13 +285,30 @@ class Result:
             return None
         return self.cpu_s[role] * 1000 / self.calls
 
+    def per_call(self, counter: str) -> float | None:
+        if counter not in self.counters or self.calls == 0:
+            return None
+        return self.counters[counter] / self.calls
+
+
+def read_probes(probes: Mapping[str, Probe]) -> dict[str, float]:
+    return {f"{name}:{key}": value for name, probe in probes.items() for key, value in probe().items()}
+
+
+def increase(start: Mapping[str, float], end: Mapping[str, float]) -> dict[str, float]:
+    """Per counter, end minus start; one that first appears in the window (a command's first call) started at 0."""
+    return {key: value - start.get(key, 0.0) for key, value in end.items()}
+
 
 class Window:
     """The measured window, shared by all workers of one run."""
 
-    def __init__(self, spec: LoadSpec, pids: Mapping[str, int]) -> None:
+    def __init__(self, spec: LoadSpec, pids: Mapping[str, int], probes: Mapping[str, Probe] | None = None) -> None:
         self.spec = spec
         self.pids = pids
+        self.probes = probes or {}
+        self.counters_start: dict[str, float] = {}
+        self.counters_end: dict[str, float] = {}
         self.measuring = False
         self.stopping = False
         self.latencies: list[float] = []
@@ -298,6 +321,7 @@ class Window:
         self.lg_start = self.lg_end = 0.0
 
     def open(self) -> None:
+        self.counters_start = read_probes(self.probes)
         self.cpu_start = {role: cpu_seconds(pid) for role, pid in self.pids.items()}
         self.lg_start = time.process_time()
         self.t_start = time.perf_counter()
@@ -310,6 +334,7 @@ class Window:
         self.t_end = time.perf_counter()
         self.lg_end = time.process_time()
         self.cpu_end = {role: cpu_seconds(pid) for role, pid in self.pids.items()}
+        self.counters_end = read_probes(self.probes)
 
     def record(self, latency_ms: float, error: str | None) -> None:
         if not self.measuring:
@@ -344,7 +369,7 @@ async def worker(target: Target, window: Window, ready: asyncio.Barrier) -> None
 
 
 async def run_load(target: Target, spec: LoadSpec) -> Result:
-    window = Window(spec, target.pids)
+    window = Window(spec, target.pids, target.probes)
     ready = asyncio.Barrier(spec.concurrency + 1)
     tasks = [asyncio.create_task(worker(target, window, ready)) for _ in range(spec.concurrency)]
     try:
@@ -365,7 +390,8 @@ async def run_load(target: Target, spec: LoadSpec) -> Result:
     cpu = {role: window.cpu_end[role] - window.cpu_start[role] for role in window.cpu_start}
     return Result(label=target.label, calls=len(window.latencies), errors=window.errors,
                   elapsed=window.t_end - window.t_start, latencies_ms=window.latencies, cpu_s=cpu,
-                  loadgen_cpu_s=window.lg_end - window.lg_start, first_error=window.first_error)
+                  loadgen_cpu_s=window.lg_end - window.lg_start, first_error=window.first_error,
+                  counters=increase(window.counters_start, window.counters_end))
 
 
 # -- reporting ----------------------------------------------------------------------------------------------------
@@ -537,7 +563,9 @@ def merge(results: Sequence[Result]) -> list[Result]:
                    elapsed=sum(r.elapsed for r in rs), latencies_ms=[x for r in rs for x in r.latencies_ms],
                    cpu_s={role: sum(r.cpu_s[role] for r in rs) for role in rs[0].cpu_s},
                    loadgen_cpu_s=sum(r.loadgen_cpu_s for r in rs),
-                   first_error=next((r.first_error for r in rs if r.first_error), None))
+                   first_error=next((r.first_error for r in rs if r.first_error), None),
+                   counters={key: sum(r.counters.get(key, 0.0) for r in rs)
+                             for key in {k for r in rs for k in r.counters}})
             for label, rs in by_label.items()]
 
 
