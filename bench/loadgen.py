@@ -531,6 +531,15 @@ def gateway_config(scenario: Scenario, *, port: int, upstream_url: str, redis_ur
     return doc
 
 
+def place_audit_files(doc: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The config with relative audit file sinks moved into the run's work directory: the gateway opens them
+    relative to its working directory (the repository), where a benchmark must leave nothing behind."""
+    for sink in (doc.get("audit") or {}).get("sinks") or []:
+        if isinstance(sink, dict) and "file" in sink and not Path(sink["file"]).is_absolute():
+            sink["file"] = str(work / sink["file"])
+    return doc
+
+
 def print_profile(path: Path, top: int) -> None:
     import pstats
 
@@ -612,8 +621,9 @@ def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, pids: M
                          otlp_url: str | None = None) -> Result:
     port = free_port()
     config = work / f"{scenario.name}.yaml"
-    config.write_text(yaml.safe_dump(gateway_config(scenario, port=port, upstream_url=upstream_url,
-                                                     redis_url=redis_url, otlp_url=otlp_url), sort_keys=False))
+    config.write_text(yaml.safe_dump(place_audit_files(gateway_config(
+        scenario, port=port, upstream_url=upstream_url, redis_url=redis_url, otlp_url=otlp_url), work),
+        sort_keys=False))
     command = [sys.executable]
     prof_path = None
     if profile is not None:
