@@ -507,21 +507,32 @@ class Scenario:
     config: Path | None  # None: call the upstream directly
     needs_redis: bool = False
     needs_otlp: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+    upstream_args: tuple[str, ...] = ()
 
 
 SCENARIO_ORDER = ("direct", "plain", "memory", "redis")
-LABEL_COMMENT = "# bench-label:"  # a scenario file's first lines may name its row in the table
+# A scenario file's comment lines may say more than its config can: the row's name in the table, a header every
+# session sends (an API key, whose hash is in the config), and options for upstream_fast.py (such as --structured).
+LABEL_COMMENT = "# bench-label:"
+HEADER_COMMENT = "# bench-header:"
+UPSTREAM_COMMENT = "# bench-upstream:"
+
+
+def _comments(text: str, prefix: str) -> list[str]:
+    return [line[len(prefix):].strip() for line in text.splitlines() if line.startswith(prefix)]
 
 
 def load_scenarios() -> dict[str, Scenario]:
     found = {"direct": Scenario("direct", "upstream direct", None)}
     for path in sorted(SCENARIOS.glob("*.yaml")):
         text = path.read_text()
-        label = next((line.split(":", 1)[1].strip() for line in text.splitlines()
-                      if line.startswith(LABEL_COMMENT)), path.stem)
+        label = next(iter(_comments(text, LABEL_COMMENT)), path.stem)
+        headers = dict(tuple(part.strip() for part in h.split(":", 1)) for h in _comments(text, HEADER_COMMENT))
+        upstream_args = tuple(arg for line in _comments(text, UPSTREAM_COMMENT) for arg in line.split())
         doc = yaml.safe_load(text)
         found[path.stem] = Scenario(path.stem, label, path, needs_redis="redis" in doc,
-                                    needs_otlp="tracing" in doc)
+                                    needs_otlp="tracing" in doc, headers=headers, upstream_args=upstream_args)
     return found
 
 
@@ -543,6 +554,15 @@ def gateway_config(scenario: Scenario, *, port: int, upstream_url: str, redis_ur
         doc["tracing"] = {**doc["tracing"], "otlp_endpoint": otlp_url}
     if "policies" in doc:
         doc["policies"] = str((scenario.config.parent / doc["policies"]).resolve())
+    return doc
+
+
+def place_audit_files(doc: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The config with relative audit file sinks moved into the run's work directory: the gateway opens them
+    relative to its working directory (the repository), where a benchmark must leave nothing behind."""
+    for sink in (doc.get("audit") or {}).get("sinks") or []:
+        if isinstance(sink, dict) and "file" in sink and not Path(sink["file"]).is_absolute():
+            sink["file"] = str(work / sink["file"])
     return doc
 
 
@@ -581,11 +601,13 @@ def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, p
     results: list[Result] = []
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bastion-bench-")))
-        up_port = free_port()
-        upstream = stack.enter_context(running(
-            [sys.executable, str(BENCH / "upstream_fast.py"), "--port", str(up_port), "--impl", upstream_impl],
-            port=up_port))
-        upstream_url = f"http://127.0.0.1:{up_port}/mcp"
+        # One upstream per distinct set of options the chosen scenarios ask for ("direct" takes the plain one).
+        upstreams: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], str]] = {}
+        for options in dict.fromkeys(s.upstream_args for s in chosen):
+            up_port = free_port()
+            upstreams[options] = (stack.enter_context(running(
+                [sys.executable, str(BENCH / "upstream_fast.py"), "--port", str(up_port), "--impl", upstream_impl,
+                 *options], port=up_port)), f"http://127.0.0.1:{up_port}/mcp")
         redis_url = None
         extra_pids: dict[str, int] = {}
         if any(s.needs_redis for s in chosen):
@@ -608,6 +630,7 @@ def run_scenarios(names: Sequence[str], spec: LoadSpec, *, upstream_impl: str, p
                  str(work / "spans.jsonl")], port=otlp_port))
             otlp_url = f"http://127.0.0.1:{otlp_port}"
         for scenario in [s for _ in range(rounds) for s in chosen]:
+            upstream, upstream_url = upstreams[scenario.upstream_args]
             if scenario.config is None:
                 target = Target(url=upstream_url, tool="echo", label=scenario.label,
                                 pids={"upstream": upstream.pid})
@@ -626,8 +649,9 @@ def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, pids: M
                          otlp_url: str | None = None) -> Result:
     port = free_port()
     config = work / f"{scenario.name}.yaml"
-    config.write_text(yaml.safe_dump(gateway_config(scenario, port=port, upstream_url=upstream_url,
-                                                     redis_url=redis_url, otlp_url=otlp_url), sort_keys=False))
+    config.write_text(yaml.safe_dump(place_audit_files(gateway_config(
+        scenario, port=port, upstream_url=upstream_url, redis_url=redis_url, otlp_url=otlp_url), work),
+        sort_keys=False))
     command = [sys.executable]
     prof_path = None
     if profile is not None:
@@ -643,7 +667,7 @@ def run_gateway_scenario(scenario: Scenario, spec: LoadSpec, work: Path, pids: M
         try:
             wait_ready(f"http://127.0.0.1:{port}/readyz", proc, log)
             target = Target(url=f"http://127.0.0.1:{port}/mcp", tool="fast__echo", label=scenario.label,
-                            pids={"gateway": proc.pid, **pids})
+                            pids={"gateway": proc.pid, **pids}, headers=scenario.headers)
             result = asyncio.run(run_load(target, spec))
         finally:
             # uvicorn re-raises the signal it stopped on; SIGINT ends as KeyboardInterrupt, which lets cProfile

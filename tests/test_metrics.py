@@ -192,3 +192,33 @@ def test_catalogue_refresh_outcomes_and_sessions_started() -> None:
     assert s[("bastion_catalogue_refreshes_total", frozenset({("upstream", "files"), ("outcome", "error")}))] == 1
     assert s[("bastion_sessions_started_total", frozenset())] == 1
     assert s[("bastion_active_sessions", frozenset())] == 0
+
+
+def test_repeated_calls_update_the_same_series_and_caps_still_fold_new_tools() -> None:
+    m = Metrics(max_label_values=2, histogram_tools=1)
+    for _ in range(3):
+        m.observe_call(tool="a", upstream="up", decision="allow", stage="complete", total_s=0.002, upstream_s=0.001)
+    m.observe_call(tool="b", upstream="up", decision="allow", stage="complete", total_s=0.002, upstream_s=0.001)
+    for _ in range(2):  # past the tool cap (a, b): folded into "other", then served from the kept series
+        m.observe_call(tool="c", upstream="up", decision="allow", stage="complete", total_s=0.002, upstream_s=None)
+    samples = _scrape(m)
+
+    def calls(tool: str) -> float:
+        labels = frozenset({"tool": tool, "upstream": "up", "decision": "allow", "stage": "complete"}.items())
+        return samples[("bastion_tool_calls_total", labels)]
+
+    assert (calls("a"), calls("b"), calls("other")) == (3.0, 1.0, 2.0)
+    # The duration histogram has its own, smaller tool cap: only "a" gets a series of its own.
+    durations = {dict(labels)["tool"]: value for (name, labels), value in samples.items()
+                 if name == "bastion_tool_call_duration_seconds_count"}
+    assert durations == {"a": 3.0, "other": 3.0}
+    assert samples[("bastion_upstream_latency_seconds_count", frozenset({("upstream", "up")}))] == 4.0
+
+
+def test_upstream_latency_series_appears_only_once_an_upstream_answered() -> None:
+    m = Metrics()
+    m.observe_call(tool="t", upstream="files", decision="deny", stage="policy", total_s=0.001, upstream_s=None)
+    m.observe_call(tool="t", upstream="files", decision="deny", stage="policy", total_s=0.001, upstream_s=None)
+    assert not any(name.startswith("bastion_upstream_latency") for name, _ in _scrape(m))
+    m.observe_call(tool="t", upstream="files", decision="allow", stage="complete", total_s=0.002, upstream_s=0.001)
+    assert _scrape(m)[("bastion_upstream_latency_seconds_count", frozenset({("upstream", "files")}))] == 1.0

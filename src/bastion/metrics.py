@@ -9,7 +9,7 @@ and the catalogue, and ``LabelCap`` still folds anything past ``max_label_values
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
@@ -29,6 +29,9 @@ TOOL_HISTOGRAM_TOOLS = 100
 OTHER = "other"
 _HEALTH_STATES = ("up", "degraded", "down", "restarting")
 _MAX_VALUE_LEN = 128
+# Distinct (tool, upstream, decision, stage) combinations whose series ``observe_call`` keeps at hand; past it,
+# further combinations are resolved on every call as before (the cache only saves time, it never decides a label).
+_CALL_SERIES_CACHE = 10_000
 
 
 class LabelCap:
@@ -123,17 +126,43 @@ class Metrics:
         self.http_refusals = Counter("bastion_http_refusals",
                                      "Requests the front door refused at the HTTP level, mostly before authentication.",
                                      ["reason"], registry=r)
+        # The labelled children one finished call updates, per raw (tool, upstream, decision, stage): resolving
+        # labels (caps, then prometheus' validation and lookup under a lock) cost more than the updates. Exact:
+        # a cap maps a value the same way for good once it has seen it (its sets only grow), and children are
+        # never removed.
+        self._call_series: dict[tuple[str, str | None, str, str], tuple[Any, Any]] = {}
+        self._latency_series: dict[str, Any] = {}
 
     def observe_call(self, *, tool: str, upstream: str | None, decision: str, stage: str,
                      total_s: float, upstream_s: float | None) -> None:
         """One finished tools/call. Overhead is ``total_s - upstream_s``; upstream latency only if it was called."""
-        self.tool_calls.labels(tool=self._cap("tool", tool), upstream=self._cap("upstream", upstream),
-                               decision=self._cap("decision", decision), stage=self._cap("stage", stage)).inc()
+        key = (tool, upstream, decision, stage)
+        series = self._call_series.get(key)
+        if series is None:
+            series = self._resolve_call_series(key)
+        calls, duration = series
+        calls.inc()
         self.call_overhead.observe(max(0.0, total_s - (upstream_s or 0.0)))
-        self.tool_duration.labels(tool=self._histogram_cap("tool", tool),
-                                  upstream=self._cap("upstream", upstream)).observe(max(0.0, total_s))
+        duration.observe(max(0.0, total_s))
         if upstream_s is not None and upstream is not None:
-            self.upstream_latency.labels(upstream=self._cap("upstream", upstream)).observe(max(0.0, upstream_s))
+            # Resolved only once a call reached the upstream: until then the series does not exist.
+            latency = self._latency_series.get(upstream)
+            if latency is None:
+                latency = self.upstream_latency.labels(upstream=self._cap("upstream", upstream))
+                if len(self._latency_series) < _CALL_SERIES_CACHE:
+                    self._latency_series[upstream] = latency
+            latency.observe(max(0.0, upstream_s))
+
+    def _resolve_call_series(self, key: tuple[str, str | None, str, str]) -> tuple[Any, Any]:
+        tool, upstream, decision, stage = key
+        # The caps are consulted in the order the labels were always resolved, so they fill up as before.
+        calls = self.tool_calls.labels(tool=self._cap("tool", tool), upstream=self._cap("upstream", upstream),
+                                       decision=self._cap("decision", decision), stage=self._cap("stage", stage))
+        duration = self.tool_duration.labels(tool=self._histogram_cap("tool", tool),
+                                             upstream=self._cap("upstream", upstream))
+        if len(self._call_series) < _CALL_SERIES_CACHE:
+            self._call_series[key] = (calls, duration)
+        return calls, duration
 
     def ratelimit_rejected(self, limit: str) -> None:
         self.ratelimit_rejections.labels(limit=self._cap("limit", limit)).inc()

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from starlette.datastructures import Headers
 
 from bastion.auth import AuthConfig, Authenticator, build_authenticator, generate_key, hash_key, strip_credentials
 from bastion.auth.apikeys import ApiKeyTable
@@ -45,6 +46,25 @@ def test_lookup_compares_every_entry_in_constant_time() -> None:
     assert table.lookup("bst_wrong") is None
     assert len(calls) == len(entries)
     assert all(len(a) == 32 for a, _ in calls)  # digests, never the presented key itself
+
+
+def test_a_key_stands_for_one_principal_made_once() -> None:
+    table = ApiKeyTable([ALICE, BOB])
+    alice = table.principal(ALICE_KEY)
+    assert alice == Principal(id="alice", groups=frozenset({"eng"}), attributes=ALICE.attributes,
+                              auth_method="api_key")
+    assert table.principal(ALICE_KEY) is alice
+    assert table.principal(BOB_KEY) is not None and table.principal(BOB_KEY) != alice
+    assert table.principal("bst_wrong") is None
+
+
+async def test_starlette_headers_are_read_case_insensitively(authenticator: Authenticator) -> None:
+    for name in (b"authorization", b"x-api-key"):
+        value = (b"Bearer " if name == b"authorization" else b"") + ALICE_KEY.encode()
+        headers = Headers(raw=[(b"accept", b"application/json"), (name, value)])
+        assert (await authenticator.authenticate(headers)).id == "alice"
+    with pytest.raises(AuthenticationError):
+        await authenticator.authenticate(Headers(raw=[(b"accept", b"application/json")]))
 
 
 @pytest.fixture

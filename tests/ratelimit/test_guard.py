@@ -144,3 +144,17 @@ async def test_limiter_unavailable_is_recorded(private_redis: RedisServer) -> No
 
 def test_no_redis_means_memory() -> None:
     assert isinstance(build_limiter(RateLimitConfig(), None), MemoryLimiter)
+
+
+async def test_without_limits_the_limiter_is_not_asked_and_a_policy_limit_still_applies() -> None:
+    limiter = MemoryLimiter()
+    guard = RateLimitGuard(limiter, RateLimitConfig())
+    for _ in range(5):
+        record = await attempt(guard, ctx("alice"))
+        assert (record.limit, record.extra) == (None, {})
+    assert limiter.stats.checks == 0
+    attached = Allowance(limits=(RateLimitSpec(name="from-policy", scope="principal", rate=Rate(1, 3600.0)),))
+    await attempt(guard, ctx("alice"), allowed(attached))
+    with pytest.raises(RateLimited):
+        await attempt(guard, ctx("alice"), allowed(attached))
+    assert limiter.stats.checks == 2

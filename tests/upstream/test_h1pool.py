@@ -482,3 +482,29 @@ async def test_server_restart_over_the_pool_reinitializes(tmp_path: Path) -> Non
                 await up.close()
     finally:
         server.stop()
+
+
+def test_request_heads_are_encoded_once_per_headers_and_carry_each_bodys_length() -> None:
+    pool = H1Pool("t")
+    target = Target.from_url("http://127.0.0.1:9/mcp")
+    first = pool.encode(target, JSON, b"{}")
+    assert first == (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:9\r\nAccept-Encoding: gzip, deflate\r\n"
+                     b"Content-Length: 2\r\nContent-Type: application/json\r\n"
+                     b"Accept: application/json, text/event-stream\r\n\r\n{}")
+    assert pool.encode(target, JSON, b"[1, 2]").endswith(b"Content-Length: 6\r\nContent-Type: application/json\r\n"
+                                                          b"Accept: application/json, text/event-stream\r\n\r\n[1, 2]")
+    traced = pool.encode(target, {**JSON, "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, b"{}")
+    assert b"\r\ntraceparent: 00-111" in traced and traced.endswith(b"\r\n\r\n{}")
+    for _ in range(100):  # past the cache's bound: heads are made afresh, and still right
+        pool.encode(target, {**JSON, "X-N": str(_)}, b"{}")
+    assert pool.encode(target, JSON, b"{}") == first
+
+
+@pytest.mark.parametrize("headers", [{"X-A": "a\r\nX-Injected: 1"}, {"X-A\n": "a"}, {"X-A": "a\x00"},
+                                     {"X:A": "a"}, {"X-A": "\u20ac"}])
+def test_request_heads_with_forbidden_characters_are_refused_every_time(headers: dict[str, str]) -> None:
+    pool = H1Pool("t")
+    target = Target.from_url("http://127.0.0.1:9/mcp")
+    for _ in range(2):
+        with pytest.raises(UpstreamUnavailable):
+            pool.encode(target, headers, b"{}")

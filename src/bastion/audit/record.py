@@ -619,6 +619,8 @@ def _str_or_none(value: Any) -> str | None:
 
 def _short(value: Any, limit: int = _MAX_SHORT) -> str:
     """``value`` as a capped, encodable string (lone surrogates replaced): total, whatever ``value`` is."""
+    if type(value) is str and len(value) <= limit and value.isascii():
+        return value  # the common case: nothing to replace, nothing to cut
     if value is None:
         return ""
     text = printable(value if isinstance(value, str) else str(value))

@@ -82,10 +82,9 @@ class CredentialAuthenticator:
 
     async def _check(self, credential: Credential) -> Principal:
         if self._keys is not None:
-            entry = self._keys.lookup(credential.value)
-            if entry is not None:
-                return Principal(id=entry.id, groups=entry.groups, attributes=entry.attributes,
-                                 auth_method="api_key")
+            principal = self._keys.principal(credential.value)
+            if principal is not None:
+                return principal
         if self._jwt is not None and credential.source == "bearer" and credential.looks_like_jwt():
             return await self._jwt.verify(credential.value)
         if self._keys is None:

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from bastion.auth.config import HASH_PREFIX, ApiKeyEntry
+from bastion.principal import Principal
 
 KEY_PREFIX = "bst_"
 KEY_BYTES = 32
@@ -49,9 +50,17 @@ class ApiKeyTable:
     def __init__(self, entries: Iterable[ApiKeyEntry], *, compare: Compare = hmac.compare_digest) -> None:
         self._entries = tuple((entry.digest, entry) for entry in entries)
         self._compare = compare
+        # One principal per key, made once: every request with the key is the same caller, the same object.
+        self._principals = {id(entry): Principal(id=entry.id, groups=entry.groups, attributes=entry.attributes,
+                                                 auth_method="api_key") for _, entry in self._entries}
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def principal(self, presented: str) -> Principal | None:
+        """The caller a presented key stands for, or None (``lookup``, with the same constant-time comparison)."""
+        entry = self.lookup(presented)
+        return None if entry is None else self._principals[id(entry)]
 
     def lookup(self, presented: str) -> ApiKeyEntry | None:
         digest = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()

@@ -65,6 +65,16 @@ class PolicySet:
     # Labels per (tool, upstream, annotations): a call asks up to three times (guard, decision, recorder).
     _label_cache: dict[tuple[Any, ...], dict[str, TouchedOn]] = field(default_factory=dict, compare=False,
                                                                       repr=False)
+    # Tool decisions that read neither arguments nor history, per (tool, principal): see ``decide``.
+    # (init=False: ``dataclasses.replace`` makes a new set, which must not share the old set's decisions.)
+    _decisions: dict[tuple[Any, ...], tuple[ToolEntry, Principal, Decision]] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
+    # Whether some rule matches principals by claims: then a decision depends on more than id and groups.
+    _claims: bool = field(default=False, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_claims", any(rule.principals is not None and rule.principals.claims
+                                                for rule in self.rules))
 
     @property
     def has_flow(self) -> bool:
@@ -110,15 +120,34 @@ class PolicySet:
                history: FlowHistory | None = None) -> Decision:
         """Decide a ``tools/call`` (``arguments`` given) or whether ``tools/list`` shows the tool (``None``).
         ``history``: the caller's context, when ``needs_history`` said it is needed."""
+        # Most decisions depend on who calls which tool only. Those are kept, per tool entry (a catalogue
+        # version's own object) and per principal (id and groups; the object itself when some rule reads claims),
+        # for as long as this policy set is in force: a reload builds a new set with an empty cache. A decision
+        # that read the arguments or the history (a matching rule with ``arguments`` or ``when``) is never kept.
+        key: tuple[Any, ...] = (id(tool), arguments is None,
+                                *((id(principal),) if self._claims else (principal.id, principal.groups)))
+        hit = self._decisions.get(key)
+        if hit is not None and hit[0] is tool and (hit[1] is principal or not self._claims):
+            return hit[2]
+        decision, consulted = self._decide(principal, tool, arguments, history)
+        if not consulted:
+            if len(self._decisions) >= _DECISION_CACHE_MAX:
+                self._decisions.clear()
+            self._decisions[key] = (tool, principal, decision)
+        return decision
+
+    def _decide(self, principal: Principal, tool: ToolEntry, arguments: Mapping[str, Any] | None,
+                history: FlowHistory | None) -> tuple[Decision, bool]:
+        """The decision, and whether it read the arguments or the history."""
         if not is_safe_name(tool.public_name):
-            return replace(_unsafe("tool name", tool.public_name), reveal=self.reveal)
+            return replace(_unsafe("tool name", tool.public_name), reveal=self.reveal), False
         target = self._tool_target(tool)
-        decision = self._evaluate(principal, target, arguments, history)
+        decision, consulted = self._run(principal, target, arguments, history)
         if not decision.allowed:
-            return decision
+            return decision, consulted
         cost = max((c.weight for c in self.costs if _any_glob(c.tools, tool.public_name)), default=1)
         return Decision(decision.allowed, decision.rule_id, decision.reason, decision.shadow_denies,
-                        decision.limits, decision.concurrency, cost, approval=decision.approval)
+                        decision.limits, decision.concurrency, cost, approval=decision.approval), consulted
 
     def visible(self, principal: Principal, tool: ToolEntry) -> bool:
         """True iff some call to ``tool`` by ``principal`` could be allowed."""
@@ -146,6 +175,12 @@ class PolicySet:
 
     def _evaluate(self, principal: Principal, target: _Target, arguments: Mapping[str, Any] | None,
                   history: FlowHistory | None = None) -> Decision:
+        return self._run(principal, target, arguments, history)[0]
+
+    def _run(self, principal: Principal, target: _Target, arguments: Mapping[str, Any] | None,
+             history: FlowHistory | None = None) -> tuple[Decision, bool]:
+        """The decision, and whether it read the arguments or the history (then it holds for this call only)."""
+        consulted = False
         denies: list[Rule] = []
         evidence: dict[str, tuple[Touch, ...]] = {}
         allows: list[Rule] = []
@@ -156,6 +191,8 @@ class PolicySet:
                 continue
             if not _target_matches(rule, target):
                 continue
+            if arguments is not None and (rule.arguments or rule.when is not None):
+                consulted = True
             args = _arguments_match(rule, arguments)
             if rule.when is not None:
                 if arguments is None:
@@ -177,7 +214,7 @@ class PolicySet:
             first = denies[0]
             return Decision(False, first.id, f"denied by rule '{first.id}' ({first.origin})", tuple(shadow),
                             reveal=self.reveal if first.reveal is None else first.reveal,
-                            description=first.description, flow=evidence.get(first.id, ()))
+                            description=first.description, flow=evidence.get(first.id, ())), consulted
         permits = [r for r in self.rules if r in allows or (r in approves and not r.annotations)]
         if permits:
             limits: dict[str, RateLimitSpec] = {}
@@ -189,12 +226,12 @@ class PolicySet:
                 gate = approves[0]
                 return Decision(True, gate.id, f"allowed after approval, by rule '{gate.id}' ({gate.origin})",
                                 tuple(shadow), tuple(limits.values()), tuple(concurrency.values()),
-                                approval=gate.approval, description=gate.description)
+                                approval=gate.approval, description=gate.description), consulted
             first = permits[0]
             return Decision(True, first.id, f"allowed by rule '{first.id}' ({first.origin})", tuple(shadow),
-                            tuple(limits.values()), tuple(concurrency.values()))
+                            tuple(limits.values()), tuple(concurrency.values())), consulted
         return Decision(False, None, f"no rule allows this {target.kind} (default deny)", tuple(shadow),
-                        reveal=self.reveal)
+                        reveal=self.reveal), consulted
 
 
 def principal_matches(match: PrincipalMatch | None, principal: Principal) -> bool:
@@ -247,6 +284,7 @@ def _arguments_match(rule: Rule, arguments: Mapping[str, Any] | None) -> bool | 
 
 
 _LABEL_CACHE_MAX = 10_000
+_DECISION_CACHE_MAX = 10_000
 
 
 def _label_rule_matches(rule: LabelRule, tool: ToolEntry) -> bool:

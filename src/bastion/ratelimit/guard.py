@@ -53,6 +53,9 @@ class RateLimitGuard:
         self._cfg = cfg
 
     async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
+        cfg, allowance = self._cfg, record.get(ALLOWANCE)
+        if not (cfg.defaults or cfg.concurrency or allowance.limits or allowance.concurrency):
+            return  # no limit applies: nothing to lease, nothing to count (the limiter would answer "allowed")
         try:
             caps = cap_checks(ctx, record, self._cfg)
             if caps:

@@ -45,6 +45,8 @@ _HIGH_WATER = 256 * 1024
 _LOW_WATER = 64 * 1024
 # RFC 9110: with no Accept-Encoding any coding is acceptable, so say what we decode.
 _ACCEPT_ENCODING = "gzip, deflate"
+# Encoded header blocks kept per pool (a session's headers repeat on every POST); past this many, start over.
+_HEAD_CACHE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +385,8 @@ class H1Pool:
         self._ssl = ssl_context
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._closed = False
+        # (target, headers) -> the request head up to Content-Length's value, checked and encoded once.
+        self._heads: dict[tuple[Target, tuple[tuple[str, str], ...]], tuple[bytes, bytes]] = {}
 
     def post(self, target: Target, headers: Mapping[str, str], body: bytes) -> _Exchange:
         """One POST; use as ``async with pool.post(target, headers, body) as response``. ``headers`` should not
@@ -390,8 +394,20 @@ class H1Pool:
         return _Exchange(self, target, headers, body)
 
     def encode(self, target: Target, headers: Mapping[str, str], body: bytes) -> bytes:
+        key = (target, tuple(headers.items()))
+        parts = self._heads.get(key)
+        if parts is None:
+            parts = self._encode_head(target, headers)
+            if len(self._heads) >= _HEAD_CACHE:
+                self._heads.clear()
+            self._heads[key] = parts
+        before, after = parts
+        return b"%s%d%s%s" % (before, len(body), after, body)
+
+    def _encode_head(self, target: Target, headers: Mapping[str, str]) -> tuple[bytes, bytes]:
+        """The head around Content-Length's value: what comes before it and what follows, up to the body."""
         lines = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nAccept-Encoding: {_ACCEPT_ENCODING}"
-                 f"\r\nContent-Length: {len(body)}"]
+                 f"\r\nContent-Length: \x00"]
         for name, value in headers.items():
             if _UNSAFE.search(name) or _UNSAFE.search(value) or ":" in name:
                 raise UpstreamUnavailable(self.name, log_detail=f"header {name[:64]!r} has a forbidden character")
@@ -401,7 +417,9 @@ class H1Pool:
             head = "\r\n".join(lines).encode("latin-1")
         except UnicodeEncodeError:
             raise UpstreamUnavailable(self.name, log_detail="a request header is not latin-1") from None
-        return head + body
+        # The placeholder cannot come from a header: _UNSAFE refuses NUL in names and values.
+        before, _, after = head.partition(b"\x00")
+        return before, after
 
     def take(self, target: Target) -> _Connection | None:
         stack = self._idle.get(target.origin)
