@@ -66,6 +66,7 @@ from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
 from bastion.sanitize.result import sanitize_error, sanitize_notification, sanitize_reply
 from bastion.sanitize.shape import ResultShapeGuard
+from bastion.server.asgi import GatewayApp
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
@@ -527,6 +528,6 @@ def create_app(settings: Settings) -> Starlette:
             if redis_clients is not None:
                 await redis_clients.aclose()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = GatewayApp(routes=routes, lifespan=lifespan, mcp_path=settings.listen.path, mcp_endpoint=endpoint)
     app.state.bastion = components
     return app
