@@ -55,7 +55,6 @@ from bastion.server.guards import (
     front_headers,
 )
 from bastion.server.lifecycle import SessionEvent, SessionLifecycle
-from bastion.server.listen import Listeners
 from bastion.server.modern import ModernDoor, is_modern
 from bastion.server.responder import Responder
 
@@ -82,7 +81,7 @@ class McpEndpoint:
         self._check_host = HostCheck(self.listen)
         self.on_session = on_session
         self._ids = itertools.count(1)
-        self.listeners = Listeners()
+        self.listeners = dispatcher.listeners
         gateway.change_listeners.append(self._announce)
         gateway.resource_listeners.append(self.listeners.resource_updated)
 
