@@ -217,3 +217,22 @@ def test_a_remembering_host_check_remembers_a_bounded_number_of_values() -> None
         check(f"h{i}.example.com")
     assert check._accepted == {"h0.example.com", "h1.example.com"}
     assert refused(check, "h..example.com").status == 400  # a refusal is never remembered
+
+
+# -- header lookups -------------------------------------------------------------------------------------------
+
+
+def test_front_headers_answer_every_lookup_as_starlettes_headers() -> None:
+    from starlette.datastructures import Headers
+
+    from bastion.server.guards import FrontHeaders
+
+    raw = front_headers([(b"Host", b"localhost:8080"), (b"accept", b" application/json "), (b"x-twice", b"one"),
+                         (b"X-Twice", b"two"), (b"traceparent", b"00-ab-cd-01"), (b"x-latin", "é".encode("latin-1"))])
+    fast, plain = FrontHeaders(list(raw)), Headers(raw=list(raw))
+    for key in ("host", "Host", "ACCEPT", "x-twice", "traceparent", "x-latin", "origin", "mcp-session-id"):
+        assert fast.get(key) == plain.get(key), key
+        assert fast.get(key, "fallback") == plain.get(key, "fallback"), key
+        assert (key in fast) == (key in plain)
+    assert fast.raw == plain.raw
+    assert fast.getlist("x-twice") == ["one", "two"]

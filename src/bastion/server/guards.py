@@ -6,13 +6,15 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from starlette.datastructures import Headers
 
 from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, REQUEST_TOO_LARGE, Refused
 from bastion.settings import ListenConfig, is_loopback_host
 
-__all__ = ["Authority", "HostCheck", "accepts", "check_content_type", "check_declared_length", "check_host",
-           "check_origin", "front_headers", "parse_authority", "parse_origin"]
+__all__ = ["Authority", "FrontHeaders", "HostCheck", "accepts", "check_content_type", "check_declared_length",
+           "check_host", "check_origin", "front_headers", "parse_authority", "parse_origin"]
 
 # Headers every reader must see exactly once: with two copies, the authenticator, the session lookup, the
 # version check or a proxy in front could each take a different one ("first one wins" in one place, "last one
@@ -54,6 +56,27 @@ def front_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
             seen.add(key)
         out.append((key, value.strip(_OWS)))
     return out
+
+
+class FrontHeaders(Headers):
+    """starlette's ``Headers`` over ``front_headers``' lines, where ``get`` is one dict lookup.
+
+    The front door reads about ten headers per request (Host, Origin, media type, length, Accept, session id,
+    version, trace context...); ``Headers.get`` scans the list each time and raises and catches ``KeyError`` for
+    every absent one. Same answers: the first line with the name wins, names in any case; everything else is
+    ``Headers``' own.
+    """
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        super().__init__(raw=raw)
+        first: dict[bytes, bytes] = {}
+        for name, value in raw:
+            first.setdefault(name, value)
+        self._first = first
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self._first.get(key.lower().encode("latin-1"))
+        return default if value is None else value.decode("latin-1")
 
 
 def parse_authority(value: str) -> Authority | None:

@@ -47,6 +47,7 @@ from bastion.protocol.methods import INITIALIZE
 from bastion.server import dispatch as d
 from bastion.server.answer import Answer, http_error_response, json_response
 from bastion.server.guards import (
+    FrontHeaders,
     HostCheck,
     accepts,
     check_content_type,
@@ -103,6 +104,9 @@ class McpEndpoint:
         request = Request(scope, receive)
         try:
             scope["headers"] = front_headers(scope["headers"])
+            # What request.headers would build on first use (starlette caches it in ``_headers``), with cheaper
+            # lookups; should starlette ever rename it, request.headers is simply starlette's own again.
+            request._headers = FrontHeaders(scope["headers"])
             response = await self._serve(request)
         except ClientDisconnect:
             # The client went away before its request was whole (or the protocol's request deadline closed it):
