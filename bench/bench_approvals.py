@@ -13,7 +13,7 @@ from contextlib import AsyncExitStack
 
 from bastion.approvals import ApprovalsConfig, ApprovalService
 from bastion.approvals.guard import ApprovalGuard
-from bastion.pipeline import CallContext, CallRecord
+from bastion.call import CallContext, CallRecord
 from bastion.policy.cases import tool_entry
 from bastion.policy.load import PolicyText, compile_policies
 from bastion.principal import Principal

@@ -25,8 +25,9 @@ from typing import Any
 
 from bench_limiter import own_redis
 
+from bastion.call import CallContext, CallRecord, Outcome
 from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore
-from bastion.pipeline import CallContext, CallRecord, Outcome, Pipeline
+from bastion.pipeline import Pipeline
 from bastion.policy.cases import tool_entry
 from bastion.policy.flow import Touch
 from bastion.policy.guard import PolicyGuard, PolicyHolder

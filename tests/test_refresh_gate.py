@@ -13,8 +13,9 @@ import pytest
 from bastion.catalogue import UpstreamLists
 from bastion.catalogue_limits import CatalogueLimits, LimitDrop, ListBudget
 from bastion.errors import ConfigError
+from bastion.pinning import PinRecheck
 from bastion.pool import Member, UpstreamPool
-from bastion.refresh_gate import RefreshGate
+from bastion.refresh_gate import RefreshGate, RefreshRequests
 from bastion.upstream.stdio import StdioUpstream
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,31 @@ async def test_a_held_gate_opens_with_the_publish_of_the_list_that_closed_it() -
     assert gate.is_closed("a")
     assert gate.published({"b": 7}) == []
     assert gate.published({"a": generation}) == ["a"]
+
+
+async def test_refresh_requests_wake_the_refresher_and_gate_only_when_asked() -> None:
+    requests = RefreshRequests()
+    assert await requests.wait(0.01) is False  # nothing asked: the periodic refresh's turn
+    requests.mark_dirty("a")
+    requests.mark_dirty("b", gate=False)  # a recovered upstream: re-fetch, but its tools stay callable
+    assert await requests.wait(1.0) is True
+    assert requests.gate.is_closed("a") and not requests.gate.is_closed("b")
+    assert requests.take(also=["c"]) == {"a", "b", "c"}
+    assert await requests.wait(0.01) is False  # taken: the next wait needs a new request
+    requests.republish_soon()
+    assert await requests.wait(1.0) is True and requests.take() == set()
+
+
+async def test_a_pin_recheck_asks_once_per_upstream_until_it_fires() -> None:
+    requests = RefreshRequests()
+    recheck = PinRecheck(requests, delay_s=0.05)
+    recheck("a")
+    recheck("a")  # already scheduled: no second request
+    assert await requests.wait(0.02) is False
+    assert await requests.wait(1.0) is True
+    assert requests.take() == {"a"} and requests.gate.is_closed("a")  # the re-fetch is gated like an announcement
+    recheck("a")  # fired, so a new degraded refresh schedules the next one
+    assert await requests.wait(1.0) is True and requests.take() == {"a"}
 
 
 def rugpull() -> StdioUpstream:

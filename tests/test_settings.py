@@ -5,11 +5,23 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from bastion import settings
+from bastion.admin.config import AdminConfig
+from bastion.approvals.config import ApprovalsConfig
+from bastion.audit.config import AuditConfig
+from bastion.auth.config import AuthConfig
 from bastion.errors import ConfigError
+from bastion.health.config import HealthConfig
+from bastion.pinning import PinningConfig
+from bastion.ratelimit.config import RateLimitConfig
+from bastion.sanitize.config import SanitizeConfig
+from bastion.sections import SECTION_NAMES, SectionName
+from bastion.tracing.config import TracingConfig
+from bastion.validation import ValidationConfig
 
 BASE = "upstreams:\n  files:\n    command: [python, server.py]\n"
 
@@ -29,11 +41,25 @@ def test_minimal_config_has_safe_defaults(tmp_path: Path) -> None:
     assert cfg.section("auth").mode == "none"
 
 
+def test_every_feature_section_has_its_type_and_defaults_when_left_out(tmp_path: Path) -> None:
+    cfg = load(BASE + "pinning:\n  file: pins.json\n", tmp_path)
+    types = {"auth": AuthConfig, "audit": AuditConfig, "rate_limits": RateLimitConfig,
+             "validation": ValidationConfig, "sanitize": SanitizeConfig, "pinning": PinningConfig,
+             "health": HealthConfig, "admin": AdminConfig, "tracing": TracingConfig, "approvals": ApprovalsConfig}
+    assert set(types) == SECTION_NAMES == set(get_args(SectionName))
+    for name, kind in types.items():
+        assert type(cfg.section(name)) is kind, name  # type: ignore[call-overload]
+    assert cfg.section("approvals") == ApprovalsConfig()
+    assert cfg.section("pinning").file == tmp_path / "pins.json"  # relative to the config file
+
+
 @pytest.mark.parametrize(("text", "line", "path", "fragment"), [
     (BASE + "listen:\n  hots: 0.0.0.0\n", 5, "listen.hots", "unknown key"),
     (BASE + "catalog: {}\n", 4, "catalog", "unknown key"),
     (BASE + "    comand: [x]\n", 4, "upstreams.files.comand", "unknown key"),
-    (BASE + "listen:\n  port: 80\n  port: 81\n", 6, "listen.port", "duplicate key"),
+    (BASE + "listen:\n  port: 80\n  port: 81\n", 6, "listen.port", "duplicate key 'port' (first at line 5)"),
+    (BASE + "listen:\n  <<: {port: 80}\n", 5, "listen.<<", "merge keys"),
+    (BASE + "logging:\n  level: 2001-13-45\n", 5, "logging.level", "invalid YAML value"),
     (BASE + "catalogue:\n  on_collision: maybe\n", 5, "catalogue.on_collision", "first"),
 ])
 def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, path: str, fragment: str) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+from bastion.outcome import Outcome
+
 Plane = Literal["http", "protocol", "tool"]
 
 # JSON-RPC 2.0 and MCP codes.
@@ -75,6 +77,9 @@ class RequestError(BastionError):
     """An error answering one client request. Subclasses fix the plane."""
 
     plane: ClassVar[Plane]
+    # What a tools/call this error stops counts as (its span's and, for tool errors, its audit record's outcome).
+    # ``None``: the error does not say, and the pipeline counts it by where it stopped the call (see ``Pipeline``).
+    outcome: ClassVar[Outcome | None] = None
 
     def __init__(self, message: str, *, log_detail: str | None = None) -> None:
         super().__init__(message)
@@ -161,6 +166,8 @@ class MessageRejected(ProtocolError):
 class UnknownTool(InvalidParams):
     """Unknown tool, or (by default) a tool the policy hides: the two must look the same to the caller."""
 
+    outcome: ClassVar[Outcome | None] = "denied"
+
     def __init__(self, name: str, *, log_detail: str | None = None) -> None:
         super().__init__(f"Unknown tool: {name}", log_detail=log_detail)
         self.name = name
@@ -169,6 +176,8 @@ class UnknownTool(InvalidParams):
 class PolicyDenied(ProtocolError):
     """A call the policy denied, explained because the admin opted in (``reveal: true``). Distinct from
     ``UnknownTool`` on purpose: the caller learns the tool exists and which rule stands in its way."""
+
+    outcome: ClassVar[Outcome | None] = "denied"
 
     def __init__(self, tool: str, rule_id: str | None, description: str | None, *,
                  log_detail: str | None = None, touched: tuple[str, ...] = ()) -> None:
@@ -193,6 +202,8 @@ class MethodNotFound(ProtocolError):
 class RateLimited(ProtocolError):
     """A limit tripped. ``data`` carries the limit's name and ``retryAfter`` in milliseconds."""
 
+    outcome: ClassVar[Outcome | None] = "rate_limited"
+
     def __init__(self, limit: str, retry_after_ms: int, *, detail: Mapping[str, Any] | None = None) -> None:
         data: dict[str, Any] = {"limit": limit, "retryAfter": max(0, int(retry_after_ms))}
         if detail:
@@ -206,12 +217,16 @@ class RateLimited(ProtocolError):
 class LimiterUnavailable(ProtocolError):
     """The shared limiter cannot be consulted and the failure mode is ``closed``."""
 
+    outcome: ClassVar[Outcome | None] = "rate_limited"
+
     def __init__(self, *, log_detail: str | None = None) -> None:
         super().__init__(LIMITER_UNAVAILABLE, "Rate limiter unavailable; call refused (fail-closed)",
                          log_detail=log_detail)
 
 
 class UpstreamUnavailable(ProtocolError):
+    outcome: ClassVar[Outcome | None] = "upstream_error"
+
     def __init__(self, upstream: str, *, log_detail: str | None = None) -> None:
         super().__init__(UPSTREAM_UNAVAILABLE, f"Upstream '{upstream}' is unavailable",
                          data={"upstream": upstream}, log_detail=log_detail)
@@ -219,6 +234,8 @@ class UpstreamUnavailable(ProtocolError):
 
 
 class UpstreamTimeout(ProtocolError):
+    outcome: ClassVar[Outcome | None] = "timeout"
+
     def __init__(self, upstream: str, timeout_s: float) -> None:
         super().__init__(UPSTREAM_TIMEOUT, f"Upstream '{upstream}' did not answer within {timeout_s:g} s",
                          data={"upstream": upstream, "timeoutMs": int(timeout_s * 1000)})
@@ -244,6 +261,8 @@ class CatalogueChanging(ProtocolError):
 
 class UpstreamRpcError(ProtocolError):
     """A JSON-RPC error returned by an upstream, relayed to the caller (message sanitized by the caller)."""
+
+    outcome: ClassVar[Outcome | None] = "upstream_error"
 
 
 class AuditUnavailable(ProtocolError):

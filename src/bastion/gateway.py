@@ -1,127 +1,80 @@
-"""The gateway's live state: the current catalogue view, the pool, the pipeline, sessions.
+"""The gateway: what the front door (``server/``) works with, handed every collaborator at construction.
 
-Everything here is either immutable and swapped whole (``View``, the access policy) or owned by the application
-lifespan (pool, stores). Request handlers read ``gateway.view`` once per request, so a refresh in the middle of a
-request never mixes two catalogue versions.
+The current catalogue view (owned by ``bastion.view.ViewPublisher``), the pool and its forward under the health
+monitor, the tools/call pipeline, the session stores, the access policy and the cleaner for upstream text
+outside tool results. Everything it holds is either immutable and swapped whole (``View``, the access policy) or
+owned by the application lifespan (pool, stores). Request handlers read ``gateway.view`` once per request, so a
+refresh in the middle of a request never mixes two catalogue versions.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import structlog
-
-from bastion import catalogue as cat
+from bastion.access import AccessControl, AllowAll, may_see_upstream
+from bastion.call import CallContext, CallRecord, Era, Outcome
+from bastion.changes import ChangeFeed
 from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
-from bastion.pipeline import CallContext, CallRecord, Era, Outcome, Pipeline
+from bastion.pipeline import Pipeline
 from bastion.pool import UpstreamPool
 from bastion.principal import Principal
-from bastion.server.log_relay import log_targets, stamped
+from bastion.sanitize.upstream_text import UpstreamTextCleaner
 from bastion.server.sessions import LiveSessions, SessionStore
 from bastion.settings import Settings
 from bastion.strictjson import printable
 from bastion.tool import ToolEntry
 from bastion.tracing import NO_TRACING, Tracing
 from bastion.upstream.base import RelatedMessageHandler
-
-log = structlog.get_logger("bastion.gateway")
-
-
-class AccessControl(Protocol):
-    """What a principal may see. The same decision function that governs calls, so list and call agree."""
-
-    def tool_visible(self, principal: Principal, entry: ToolEntry) -> bool: ...
-
-    def prompt_visible(self, principal: Principal, upstream: str, public_name: str) -> bool: ...
-
-    def resource_visible(self, principal: Principal, upstream: str, uri: str) -> bool: ...
-
-    @property
-    def per_principal(self) -> bool:
-        """True when what a caller sees depends on who it is (modern ``cacheScope: private``)."""
-
-
-class AllowAll:
-    """No access policy configured: every authenticated principal sees and may call everything."""
-
-    per_principal = False
-
-    def tool_visible(self, principal: Principal, entry: ToolEntry) -> bool:
-        return True
-
-    def prompt_visible(self, principal: Principal, upstream: str, public_name: str) -> bool:
-        return True
-
-    def resource_visible(self, principal: Principal, upstream: str, uri: str) -> bool:
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class View:
-    """One catalogue version with everything derived from it, swapped whole."""
-
-    catalogue: cat.Catalogue = field(default_factory=cat.Catalogue)
-    # Tools hidden from lists and refused on call whatever the policy says (hostile schema, changed pin…),
-    # with the reason for the log and the audit record.
-    quarantined: Mapping[str, str] = field(default_factory=dict)
-    # Per-tool objects derived once per version (compiled validators), keyed by public name.
-    derived: Mapping[str, Any] = field(default_factory=dict)
-    instructions: str | None = None
-    # Each upstream's own instructions, as sent: what ``instructions`` is joined from (a view step may rewrite
-    # ``instructions`` from these, e.g. the sanitizer, which judges each upstream under its own policy).
-    upstream_instructions: tuple[tuple[str, str], ...] = ()
-    # Upstreams down past the health grace (``health.hide_after``): their tools leave the lists (calls to them
-    # still resolve and fail fast with -31002, so a client holding an old list gets the true reason).
-    unavailable: frozenset[str] = frozenset()
-
-
-# Turns a freshly merged catalogue into a view; feature modules contribute steps (sanitizing definitions,
-# pinning, compiling schemas). Steps run in order, each receiving the previous view.
-ViewStep = Callable[[View, Mapping[str, cat.UpstreamLists]], Awaitable[View]]
-ChangeListener = Callable[[list[str]], Awaitable[None]]
+from bastion.view import View, ViewPublisher
+from bastion.visibility import ToolListings
 
 
 class Gateway:
-    def __init__(self, settings: Settings, *, store: SessionStore, access: AccessControl | None = None) -> None:
+    def __init__(self, settings: Settings, *, store: SessionStore, live: LiveSessions, views: ViewPublisher,
+                 pool: UpstreamPool, pipeline: Pipeline, changes: ChangeFeed, access: AccessControl | None = None,
+                 cleaner: UpstreamTextCleaner | None = None,
+                 emit_audit: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+                 tracing: Tracing = NO_TRACING) -> None:
         self.settings = settings
         self.store = store
-        self.live = LiveSessions(settings.sessions.idle_timeout_s)
-        # Assigned by the app once the guards exist (some guards read this gateway's view).
-        self.pipeline: Pipeline
+        self.live = live
+        self._views = views
+        self._pool = pool
+        # Optional in type only, for the readers that still test it (server/); always given.
+        self.pool: UpstreamPool | None = pool
+        self.pipeline = pipeline
+        # Catalogue changes and resource updates for the front door, which subscribes in its constructor.
+        self.changes = changes
         self.access: AccessControl = access or AllowAll()
-        self.view = View()
-        self.pool: UpstreamPool | None = None
-        self.view_steps: list[ViewStep] = []
-        self.change_listeners: list[ChangeListener] = []
-        # Called with (public URI, notification params) for every upstream resource update (modern listeners).
-        self.resource_listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
+        # Who sees which tools, per view and policy (tools/list reads it; bastion.visibility).
+        self.listings = ToolListings()
         # Clean upstream text on its way to clients outside tool results (progress and log messages, error
-        # messages); the sanitizer replaces these identities. Arguments: upstream name, then the payload.
+        # messages, forwarded prompts/get, resources/read and completion/complete results); identities without
+        # a cleaner. Arguments: upstream name, then the payload.
         self.clean_notification: Callable[[str, str, dict[str, Any]], dict[str, Any]] = \
-            lambda upstream, method, params: params
-        self.clean_error: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda upstream, error: error
-        # Results of forwarded prompts/get, resources/read and completion/complete: (upstream, method, result).
+            cleaner.clean_notification if cleaner is not None else _same_notification
+        self.clean_error: Callable[[str, dict[str, Any]], dict[str, Any]] = \
+            cleaner.clean_error if cleaner is not None else _same_error
         self.clean_result: Callable[[str, str, dict[str, Any]], dict[str, Any]] = \
-            lambda upstream, method, result: result
+            cleaner.clean_result if cleaner is not None else _same_notification
         self.client_request_timeout = 300.0
-        # Writes one audit record that is not a tool call (lists, sessions…); the app wires the audit log.
-        self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = _discard
-        self._rebuild_lock = asyncio.Lock()
-        # Spans for requests, stages and forwards (bastion.tracing); the app assigns the configured one.
-        self.tracing: Tracing = NO_TRACING
+        # Writes one audit record that is not a tool call (tools/list…): ``AuditEvents.emit``.
+        self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = emit_audit or _discard
+        # Spans for requests, stages and forwards (bastion.tracing).
+        self.tracing = tracing
+
+    @property
+    def view(self) -> View:
+        """The catalogue view in force now; read it once per request."""
+        return self._views.view
 
     async def forward(self, upstream: str, method: str, params: dict[str, Any],
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
         """Send one request to an upstream under its configured timeout."""
-        if self.pool is None:
-            raise UpstreamUnavailable(upstream)
-        member = self.pool.member(upstream)
-        health = self.pool.monitor
+        member = self._pool.member(upstream)
+        health = self._pool.monitor
         health.check(upstream)
         try:
             with self.tracing.forward(upstream, method, params) as params:
@@ -183,115 +136,22 @@ class Gateway:
                 return up
         raise KeyError(name)
 
-    async def rebuild(self, lists: Mapping[str, cat.UpstreamLists]) -> None:
-        """Merge the upstreams' lists into a new view, swap it in, and announce what changed."""
-        async with self._rebuild_lock:
-            # In a worker thread: merging tens of thousands of tools is pure CPU, and the loop must keep serving
-            # other clients' calls meanwhile (the GIL hands it back every few milliseconds).
-            merged = await asyncio.to_thread(cat.build, list(lists.values()),
-                                             separator=self.settings.catalogue.separator,
-                                             on_collision=self.settings.catalogue.on_collision)
-            view = View(catalogue=merged, instructions=self._instructions(),
-                        upstream_instructions=self._upstream_instructions(), unavailable=self.view.unavailable)
-            for step in self.view_steps:
-                view = await step(view, lists)
-            old, self.view = self.view, view
-            changed = _changes(old, view)
-            log.info("catalogue.published", version=view.catalogue.version, tools=len(view.catalogue.tools),
-                     quarantined=len(view.quarantined), changed=changed or None)
-        if changed and old.catalogue.version != "":
-            for listener in self.change_listeners:
-                await listener(changed)
-
-    async def set_unavailable(self, upstreams: frozenset[str]) -> None:
-        """Hide (or show again) the tools of upstreams the health monitor holds down, and announce it."""
-        async with self._rebuild_lock:
-            old = self.view
-            if old.unavailable == upstreams:
-                return
-            self.view = dataclasses.replace(old, unavailable=upstreams)
-            changed = _changes(old, self.view)
-            log.info("catalogue.availability", unavailable=sorted(upstreams), changed=changed or None)
-        if changed and old.catalogue.version != "":
-            for listener in self.change_listeners:
-                await listener(changed)
-
-    async def upstream_event(self, upstream: str, method: str, params: Mapping[str, Any]) -> None:
-        """Relay an upstream's resource update to the sessions of this replica subscribed to that resource, and
-        its log messages outside any call to the sessions that asked for logging (``server.log_relay``)."""
-        if method == "notifications/message":
-            self._relay_log(upstream, params)
-            return
-        if method != "notifications/resources/updated" or not isinstance(params.get("uri"), str):
-            return
-        prefix = self.upstream_of(upstream).prefix
-        public = cat.public_uri(prefix, params["uri"])
-        cleaned = self.clean_notification(upstream, method, {**params, "uri": public})
-        message = {"jsonrpc": "2.0", "method": method, "params": cleaned}
-        for live in self.live.all():
-            if public in live.subscriptions and live.get_stream is not None:
-                live.get_stream.put_nowait(message)
-        for listener in self.resource_listeners:
-            listener(public, cleaned)
-
-    def _relay_log(self, upstream: str, params: Mapping[str, Any]) -> None:
-        targets = log_targets(self.live.all(), params.get("level"), lambda p: self.may_see_upstream(p, upstream))
-        if not targets:
-            return
-        cleaned = self.clean_notification(upstream, "notifications/message", stamped(upstream, params))
-        message = {"jsonrpc": "2.0", "method": "notifications/message", "params": cleaned}
-        for live in targets:
-            if live.get_stream is not None:
-                live.get_stream.put_nowait(message)
-
     def may_see_upstream(self, principal: Principal, upstream: str) -> bool:
         """Whether anything of ``upstream`` is visible to ``principal`` (a tool, prompt or resource)."""
-        catalogue = self.view.catalogue
-        return any(t.upstream == upstream and t.public_name not in self.view.quarantined
-                   and self.access.tool_visible(principal, t) for t in catalogue.tools) \
-            or any(p.upstream == upstream and self.access.prompt_visible(principal, upstream, p.public_name)
-                   for p in catalogue.prompts) \
-            or any(up == upstream and self.access.resource_visible(principal, up, str(r.get("uri")))
-                   for up, r in catalogue.resources)
-
-    def _instructions(self) -> str | None:
-        return join_instructions(self._upstream_instructions())
-
-    def _upstream_instructions(self) -> tuple[tuple[str, str], ...]:
-        if self.pool is None:
-            return ()
-        parts = []
-        for name in self.pool.names:
-            info = self.pool.member(name).upstream.info
-            if info is not None and info.instructions:
-                parts.append((name, info.instructions))
-        return tuple(parts)
+        return may_see_upstream(self.view, self.access, principal, upstream)
 
     def visible_tools(self, principal: Principal) -> list[ToolEntry]:
-        view = self.view
-        return [t for t in view.catalogue.tools
-                if t.public_name not in view.quarantined and t.upstream not in view.unavailable
-                and self.access.tool_visible(principal, t)]
+        return list(self.listings.listing(self.view, self.access, principal).tools)
 
-
-def join_instructions(parts: Sequence[tuple[str, str]]) -> str | None:
-    """What clients get as ``instructions``: each upstream's, labelled with its name."""
-    return "\n\n".join(f"[{name}] {text}" for name, text in parts) or None
 
 
 async def _discard(record: dict[str, Any]) -> None:
     return None
 
 
-def _changes(old: View, new: View) -> list[str]:
-    changed = []
-    if [t.definition for t in old.catalogue.tools if t.public_name not in old.quarantined
-        and t.upstream not in old.unavailable] != \
-            [t.definition for t in new.catalogue.tools if t.public_name not in new.quarantined
-             and t.upstream not in new.unavailable]:
-        changed.append("tools")
-    if [p.definition for p in old.catalogue.prompts] != [p.definition for p in new.catalogue.prompts]:
-        changed.append("prompts")
-    if (old.catalogue.resources, old.catalogue.templates) != (new.catalogue.resources, new.catalogue.templates):
-        changed.append("resources")
-    return changed
+def _same_notification(upstream: str, method: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return payload
+
+
+def _same_error(upstream: str, error: dict[str, Any]) -> dict[str, Any]:
+    return error

@@ -6,161 +6,53 @@ the response guards in order (each may transform the result). Whatever happens, 
 audit record from the ``CallRecord`` that guards annotate along the way.
 
 A flat list rather than an onion of middlewares: every guard visibly runs, the whole order fits on one screen,
-and no guard can forget to call the next one.
+and no guard can forget to call the next one. The runner knows no guard by name: what a stopped call counts as
+(its ``Outcome``) is said by the error that stopped it (``RequestError.outcome``, see ``outcome_of``), so a new
+guard brings its errors and needs no edit here. The model it runs on (context, record, guard shapes) is
+``bastion.call``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import structlog
 
+from bastion.call import AuditHook, CallContext, CallRecord, Forward, Outcome, RequestGuard, ResponseGuard
 from bastion.errors import INTERNAL_ERROR, AuditUnavailable, ProtocolError, RequestError, ToolError, UpstreamTimeout
-from bastion.policy.model import ApprovalSpec
-from bastion.principal import Principal
-from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
-from bastion.tool import ToolEntry
 from bastion.tracing import NO_TRACING, Tracing
 
 log = structlog.get_logger("bastion.pipeline")
 
-Era = Literal["legacy", "modern"]
-# Sends a request to the calling client and returns its result (method, params, timeout in seconds); raises a
-# ``ProtocolError`` when the client cannot be asked or does not answer.
-AskClient = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
-# Stages are the guards' names plus these; kept as plain strings so a new guard needs no edit here.
-STAGES = ("parse", "resolve", "quarantine", "policy", "approval", "ratelimit", "input_schema", "forward",
-          "result_shape", "output_schema",
-          "sanitize", "complete")
+# Outcomes whose record says the call was refused ("deny") rather than failed ("error").
+_REFUSALS: frozenset[Outcome] = frozenset({"denied", "rate_limited", "invalid_input"})
 
 
-@dataclass(frozen=True, slots=True)
-class CallContext:
-    """Everything a guard may base a decision on. Immutable: guards annotate the ``CallRecord`` instead.
+def outcome_of(exc: RequestError, stage: str) -> Outcome:
+    """What a call that ``exc`` stopped at ``stage`` counts as: the error's own word when it says one.
 
-    ``request_id`` is bastion's own id for the call, unique per gateway (the audit record's ``call_id``);
-    ``client_id`` is the JSON-RPC id the client sent (the audit record's ``request_id``).
+    One that says none is an upstream error when the forward raised it (the transports and the multi-round
+    handling raise plain protocol and tool errors about the upstream's answer), and an ``error`` anywhere else.
     """
-
-    request_id: str
-    principal: Principal
-    tool: ToolEntry
-    arguments: dict[str, Any]
-    era: Era = "legacy"
-    session_id: str | None = None
-    client_info: dict[str, Any] | None = None
-    traceparent: str | None = None
-    client_id: str | int | None = None
-    # How to ask the calling client something mid-call (elicitation for approvals); None when it cannot be.
-    ask_client: AskClient | None = None
-    # 2026-07-28: the approval round this request continues (see ``ApprovalRound``); None for a first request.
-    approval_round: ApprovalRound | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRound:
-    """What a stateless (2026-07-28) request says about bastion's own approval question.
-
-    ``can_ask``: the client declared elicitation, so it can be asked through an ``input_required`` result.
-    ``asked_rule``: the verified ``requestState`` carried bastion's question for this rule, and ``answer`` is the
-    client's ``inputResponses`` entry for it. ``approved_rule``: an earlier round of this request was approved.
-    """
-
-    can_ask: bool = False
-    asked_rule: str | None = None
-    answer: dict[str, Any] | None = None
-    approved_rule: str | None = None
-
-
-@dataclass(slots=True)
-class CallRecord:
-    """What happened to one call, filled in as it goes; the audit record is built from it.
-
-    Guards add facts under their own names: ``rule_id`` (policy), ``limit`` (rate limit), ``violations``
-    (schemas), ``sanitize`` (classes and counts), ``shadow`` (rules that would have denied).
-    """
-
-    stage: str = "policy"
-    decision: Literal["allow", "deny", "error"] = "allow"
-    rule_id: str | None = None
-    reason: str | None = None
-    limit: str | None = None
-    violations: list[str] = field(default_factory=list)
-    shadow: list[str] = field(default_factory=list)
-    sanitize: dict[str, int] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    upstream_ms: float | None = None
-    # Set by the policy guard for the rate-limit guard: the limits attached to the rules that allowed the call,
-    # and the tool's cost weight. Carried here (not recomputed) so both guards see one decision.
-    limits: tuple[RateLimitSpec, ...] = ()
-    concurrency: tuple[ConcurrencySpec, ...] = ()
-    cost: int = 1
-    # What went wrong that is not the call's own outcome (a guard that failed unexpectedly): kept in the record.
-    audit_error: str | None = None
-    # Set by the policy guard when an ``effect: approve`` rule holds the call; ``approval`` is what the approval
-    # guard records of it (id, outcome, channel, by whom, how long it waited) for the audit record.
-    approval_spec: ApprovalSpec | None = None
-    approval: dict[str, Any] | None = None
-    # 2026-07-28: the elicitation bastion asks the client in an ``input_required`` result instead of forwarding.
-    approval_question: dict[str, Any] | None = None
-
-
-class RequestGuard(Protocol):
-    """Runs before the forward. Raise a ``RequestError`` to stop the call; push clean-up onto ``cleanup``."""
-
-    name: str
-
-    async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None: ...
-
-
-class ResponseGuard(Protocol):
-    """Runs after the forward, on a result the upstream returned (JSON object of a ``CallToolResult``).
-
-    Returns the (possibly transformed) result, or raises a ``RequestError`` to withhold it.
-    """
-
-    name: str
-
-    async def apply(self, ctx: CallContext, result: dict[str, Any], record: CallRecord) -> dict[str, Any]: ...
-
-
-Outcome = Literal["allowed", "denied", "rate_limited", "invalid_input", "invalid_output", "upstream_error",
-                  "timeout", "client_disconnected", "error", "malformed_result"]
-
-# Which outcome a stop at each stage means when the stopping error does not say more.
-_STAGE_OUTCOME: dict[str, Outcome] = {
-    "resolve": "denied", "quarantine": "denied", "policy": "denied", "approval": "denied", "ratelimit": "rate_limited",
-    "input_schema": "invalid_input", "forward": "upstream_error", "output_schema": "invalid_output",
-    "sanitize": "denied", "result_shape": "malformed_result",
-}
-
-
-class AuditHook(Protocol):
-    """Writes the one audit record of a call. May raise ``AuditUnavailable`` when audit is required."""
-
-    async def __call__(self, ctx: CallContext, record: CallRecord, outcome: Outcome,
-                       result: dict[str, Any] | None, total_ms: float, *,
-                       error: BaseException | None = None) -> None: ...
-
-
-Forward = Callable[[CallContext, CallRecord], Awaitable[dict[str, Any]]]
+    if exc.outcome is not None:
+        return exc.outcome
+    return "upstream_error" if stage == "forward" else "error"
 
 
 class Pipeline:
     """Runs the guards around one forward and writes exactly one audit record per call, whatever happens."""
 
     def __init__(self, request_guards: Sequence[RequestGuard], response_guards: Sequence[ResponseGuard],
-                 audit: AuditHook) -> None:
+                 audit: AuditHook, *, tracing: Tracing = NO_TRACING) -> None:
         self.request_guards = tuple(request_guards)
         self.response_guards = tuple(response_guards)
         self.audit = audit
-        # A span per stage when tracing is on (the app assigns it); the no-op costs a method call per stage.
-        self.tracing: Tracing = NO_TRACING
+        # A span per stage when tracing is on; the no-op costs a branch per stage (see ``run``).
+        self.tracing = tracing
 
     async def run(self, ctx: CallContext, forward: Forward) -> dict[str, Any]:
         record = CallRecord()
@@ -202,16 +94,18 @@ class Pipeline:
                             result = await rguard.apply(ctx, result, record)
                 record.stage = "complete"
         except ToolError as exc:
-            outcome = _STAGE_OUTCOME.get(record.stage, "error")
-            record.decision = "deny" if outcome in ("denied", "rate_limited", "invalid_input") else "error"
+            # A tool error is an answer, not a failure: the client gets it as an isError result.
+            outcome = outcome_of(exc, record.stage)
+            record.decision = "deny" if outcome in _REFUSALS else "error"
             record.reason = record.reason or exc.message
             result = exc.to_result()
         except UpstreamTimeout as exc:
+            # The timeout's own message replaces whatever a guard noted: it is what the caller waited for.
             outcome, record.decision, record.reason = "timeout", "error", exc.message
             failure = exc
         except RequestError as exc:
-            outcome = _STAGE_OUTCOME.get(record.stage, "error")
-            record.decision = "deny" if outcome in ("denied", "rate_limited") else "error"
+            outcome = outcome_of(exc, record.stage)
+            record.decision = "deny" if outcome in _REFUSALS else "error"
             record.reason = record.reason or exc.message
             failure = exc
         except asyncio.CancelledError:
@@ -219,7 +113,12 @@ class Pipeline:
             record.reason = record.reason or "call cancelled by the client"
             if traced:
                 tracing.call_outcome(ctx, record, outcome)
-            await self._audit(ctx, record, outcome, None, started)
+            try:
+                await self._audit(ctx, record, outcome, None, started)
+            except AuditUnavailable:
+                # Nobody waits for an answer any more, and the cancellation must reach whoever cancelled (a
+                # TaskGroup, a timeout): the sink failure is already counted and logged by the audit log.
+                log.warning("audit.unavailable_on_cancel", tool=ctx.tool.public_name[:200])
             raise
         except Exception as exc:
             # A guard, the forward or a response guard failed in a way it should not (a bug, or a foreign

@@ -20,7 +20,8 @@ from bastion.catalogue import UpstreamLists
 from bastion.catalogue_limits import CatalogueLimits, LimitDrop, ListBudget, ListKind
 from bastion.errors import RequestError, UpstreamRpcError
 from bastion.health import HealthConfig, HealthMonitor
-from bastion.refresh_gate import RefreshGate
+from bastion.health.monitor import Transition
+from bastion.refresh_gate import RefreshRequests
 from bastion.upstream.base import Upstream
 
 log = structlog.get_logger("bastion.pool")
@@ -52,8 +53,11 @@ class UpstreamPool:
     def __init__(self, members: Sequence[Member], on_change: ChangeHandler, *, debounce_s: float = 0.2,
                  retry_max_s: float = 30.0, refresh_interval_s: float | None = None,
                  on_event: EventHandler | None = None, limits: CatalogueLimits | None = None,
-                 on_limit: LimitHandler | None = None, health: HealthMonitor | None = None,
-                 on_refresh: Callable[[str, RefreshOutcome], None] | None = None) -> None:
+                 on_limit: LimitHandler | None = None, health: HealthConfig | None = None,
+                 on_health: Transition | None = None,
+                 on_hidden: Callable[[frozenset[str]], Awaitable[None]] | None = None,
+                 on_refresh: Callable[[str, RefreshOutcome], None] | None = None,
+                 requests: RefreshRequests | None = None) -> None:
         self._members = {m.upstream.name: m for m in members}
         self._order = [m.upstream.name for m in members]
         self._on_change = on_change
@@ -63,23 +67,23 @@ class UpstreamPool:
         self._on_event = on_event
         self._lists: dict[str, UpstreamLists] = {}
         self._up: dict[str, bool] = dict.fromkeys(self._order, False)
-        self._dirty: set[str] = set()
-        self._wake = asyncio.Event()
+        # What to fetch again, asked for by the pool itself and by others (pin re-checks, approvals).
+        self._requests = requests or RefreshRequests()
         self._tasks: list[asyncio.Task[None]] = []
         self._limits = limits or CatalogueLimits()
         self._on_limit = on_limit
         self._on_refresh = on_refresh
         # Refresh gating (see refresh_gate): the gate generation each stored list was fetched at, and the lists
         # the current view was built from, to tell a changed listing from a routine refresh.
-        self.gate = RefreshGate()
+        self.gate = self._requests.gate
         self._fetched_at: dict[str, int] = {}
         self._published: dict[str, UpstreamLists] = {}
         self._limit_seen: dict[str, frozenset[tuple[str, str, int]]] = {}
         # Health is tracked apart from "connected" (``_up``): a connected upstream can die later, and its state
-        # (up, degraded, down, restarting) drives readiness, metrics, fail-fast calls and hidden tools.
-        self.monitor = health or HealthMonitor(self._order, HealthConfig())
-        self.monitor.probe = self._probe
-        self.monitor.on_recovered = self._recovered
+        # (up, degraded, down, restarting) drives readiness, metrics (``on_health``), fail-fast calls and hidden
+        # tools (``on_hidden``). The pool probes for it and refreshes the lists of an upstream that recovered.
+        self.monitor = HealthMonitor(self._order, health or HealthConfig(), probe=self._probe,
+                                     on_recovered=self._recovered, on_transition=on_health, on_hidden=on_hidden)
 
     @property
     def names(self) -> list[str]:
@@ -184,31 +188,26 @@ class UpstreamPool:
             delay = min(delay * 2, self._retry_max_s)
             if await self._connect(name):
                 # _connect fetched its lists already; only the catalogue needs republishing.
-                self._wake.set()
+                self._requests.republish_soon()
 
     def mark_dirty(self, name: str, *, gate: bool = True) -> None:
         """Re-fetch ``name``'s lists soon. With ``gate``, its tools are not called until the result is published."""
-        if gate:
-            self.gate.announce(name)
-        self._dirty.add(name)
-        self._wake.set()
+        self._requests.mark_dirty(name, gate=gate)
 
     def republish_soon(self) -> None:
         """Rebuild the view from the lists already fetched (a pin approval changed what is quarantined)."""
-        self._wake.set()
+        self._requests.republish_soon()
 
     async def _refresher(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self._interval)
-            except TimeoutError:
+            periodic: list[str] = []
+            if not await self._requests.wait(self._interval):
                 # Periodic refresh: catches silent definition changes (no list_changed) and applies pin approvals
                 # made on another replica or from the CLI.
-                self._dirty.update(name for name in self._order if self._up[name])
+                periodic = [name for name in self._order if self._up[name]]
             # Debounce: a burst of list_changed notifications (an upstream adding ten tools) costs one refresh.
             await asyncio.sleep(self._debounce_s)
-            self._wake.clear()
-            dirty, self._dirty = self._dirty, set()
+            dirty = self._requests.take(also=periodic)
             for item in sorted(dirty):
                 member = self._members.get(item)
                 if member is None:
@@ -222,8 +221,7 @@ class UpstreamPool:
                         self.monitor.failed(item, f"list refresh failed: {exc.log_detail or exc.message}")
                     if self.gate.is_closed(item):
                         # Fail closed: the gated tools stay uncallable until a refresh succeeds; try again soon.
-                        self._dirty.add(item)
-                        asyncio.get_running_loop().call_later(_GATED_RETRY_S, self._wake.set)
+                        self._requests.retry(item, _GATED_RETRY_S)
             await self._publish()
 
     async def refresh_now(self) -> None:

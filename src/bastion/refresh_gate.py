@@ -9,12 +9,16 @@ definition.
 Generations make "fetched after that moment" exact: every announcement bumps the upstream's generation; a fetch
 remembers the generation it started at; a publish opens only the gates whose generation it covers. An
 announcement that lands while a fetch is in flight therefore keeps the gate closed until the next fetch.
+
+``RefreshRequests`` is the pool refresher's inbox: whoever learns that lists should be fetched again (an
+upstream's announcement, a pin store that could not be read, an admin's pin approval) asks here. It is built
+before the pool, so the view steps and watchers that ask need no pool, and the pool needs none of them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 
 class RefreshGate:
@@ -68,3 +72,45 @@ class RefreshGate:
             except TimeoutError:
                 return False
         return True
+
+
+class RefreshRequests:
+    """Upstreams whose lists should be fetched again, and the wake-up of the refresher that fetches them."""
+
+    def __init__(self, gate: RefreshGate | None = None) -> None:
+        self.gate = gate or RefreshGate()
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+
+    def mark_dirty(self, upstream: str, *, gate: bool = True) -> None:
+        """Re-fetch ``upstream``'s lists soon. With ``gate``, its tools are not called until the result is
+        published."""
+        if gate:
+            self.gate.announce(upstream)
+        self._dirty.add(upstream)
+        self._wake.set()
+
+    def republish_soon(self) -> None:
+        """Rebuild the view from the lists already fetched (a pin approval changed what is quarantined)."""
+        self._wake.set()
+
+    def retry(self, upstream: str, after_s: float) -> None:
+        """Fetch ``upstream`` again with the next refresh, and wake the refresher ``after_s`` from now."""
+        self._dirty.add(upstream)
+        asyncio.get_running_loop().call_later(after_s, self._wake.set)
+
+    async def wait(self, timeout_s: float | None) -> bool:
+        """Wait for a request; False when ``timeout_s`` passed first (time for a periodic refresh)."""
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the refresher's cancellation (gh-86296).
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def take(self, also: Iterable[str] = ()) -> set[str]:
+        """The upstreams asked for so far (plus ``also``); requests from now on wake the refresher again."""
+        self._wake.clear()
+        dirty, self._dirty = self._dirty | set(also), set()
+        return dirty

@@ -17,24 +17,24 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import CatalogueChanging, UnknownTool
-from bastion.gateway import View
-from bastion.pipeline import CallContext, CallRecord
 from bastion.refresh_gate import RefreshGate
+from bastion.view import View
 
 
 class RefreshGateGuard:
     name = "refresh_gate"
 
-    def __init__(self, gate: Callable[[], RefreshGate | None], view: Callable[[], View], timeout_s: float) -> None:
+    def __init__(self, gate: RefreshGate, view: Callable[[], View], timeout_s: float) -> None:
         self._gate = gate
         self._view = view
         self._timeout_s = timeout_s
 
     async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
         entry = ctx.tool
-        gate = self._gate()
-        if gate is not None and gate.is_closed(entry.upstream):
+        gate = self._gate
+        if gate.is_closed(entry.upstream):
             started = time.perf_counter()
             opened = await gate.wait_open(entry.upstream, self._timeout_s)
             record.extra["refresh_wait_ms"] = round((time.perf_counter() - started) * 1000, 3)

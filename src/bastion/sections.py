@@ -1,15 +1,16 @@
-"""The feature sections of the config file and the module that parses each.
+"""The feature sections of the config file, each parsed by its own feature module, held typed in ``Sections``.
 
-One table, so the set of valid top-level keys is visible in one place. Each parser receives the section's raw
-value (``None`` when absent) and what the core already parsed (listen address, config directory, Redis URL).
+One class, so the set of valid top-level feature keys is visible in one place and every section has its type.
+Each parser receives the section's raw value (``None`` when absent) and what the core already parsed
+(``Core``: listen host, config directory, Redis URL); the core itself is parsed by ``bastion.settings``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import replace
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
 
 from bastion.admin.config import AdminConfig
 from bastion.approvals.config import ApprovalsConfig
@@ -22,61 +23,55 @@ from bastion.sanitize.config import SanitizeConfig
 from bastion.tracing.config import TracingConfig
 from bastion.validation import ValidationConfig
 
-if TYPE_CHECKING:
-    from bastion.settings import _Partial
+__all__ = ["SECTION_NAMES", "Core", "SectionName", "Sections"]
+
+SectionName = Literal["auth", "audit", "rate_limits", "validation", "sanitize", "pinning", "health", "admin",
+                      "tracing", "approvals"]
 
 
-def _auth(data: Any, core: _Partial) -> AuthConfig:
-    return AuthConfig.from_mapping(data, "auth", listen_host=core.listen.host, base_dir=core.base_dir)
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What the feature sections need from the core settings, parsed before them."""
+
+    listen_host: str
+    base_dir: Path
+    redis_url: str | None
 
 
-def _audit(data: Any, core: _Partial) -> AuditConfig:
-    return AuditConfig.from_mapping(data, "audit")
+@dataclass(frozen=True, slots=True)
+class Sections:
+    """Every feature section, parsed (a section the file leaves out holds its defaults)."""
+
+    auth: AuthConfig
+    audit: AuditConfig
+    rate_limits: RateLimitConfig
+    validation: ValidationConfig
+    sanitize: SanitizeConfig
+    pinning: PinningConfig
+    health: HealthConfig
+    admin: AdminConfig
+    tracing: TracingConfig
+    approvals: ApprovalsConfig
+
+    @classmethod
+    def parse(cls, root: Mapping[str, Any], core: Core) -> Sections:
+        # In this order: with several sections wrong, the error names the first of them.
+        auth = AuthConfig.from_mapping(root.get("auth"), "auth", listen_host=core.listen_host, base_dir=core.base_dir)
+        audit = AuditConfig.from_mapping(root.get("audit"), "audit")
+        rate_limits = RateLimitConfig.from_mapping(root.get("rate_limits"), "rate_limits")
+        validation = ValidationConfig.from_mapping(root.get("validation") or {}, "validation")
+        sanitize = SanitizeConfig.from_mapping(root.get("sanitize"), "sanitize")
+        pinning = PinningConfig.from_mapping(root.get("pinning"), "pinning")
+        pinning.store_kind(have_redis=core.redis_url is not None)  # store: redis without redis.url is an error
+        health = HealthConfig.from_mapping(root.get("health"), "health")
+        admin = AdminConfig.from_mapping(root.get("admin"), "admin")
+        tracing = TracingConfig.from_mapping(root.get("tracing"), "tracing")
+        approvals = ApprovalsConfig.from_mapping(root.get("approvals"), "approvals")
+        # Across sections: a console reachable from other machines must be able to tell admins apart.
+        admin.check_auth(auth.mode != "none")
+        return cls(auth=auth, audit=audit, rate_limits=rate_limits, validation=validation, sanitize=sanitize,
+                   pinning=replace(pinning, file=core.base_dir / pinning.file), health=health, admin=admin,
+                   tracing=tracing, approvals=approvals)
 
 
-def _rate_limits(data: Any, core: _Partial) -> RateLimitConfig:
-    return RateLimitConfig.from_mapping(data, "rate_limits")
-
-
-def _validation(data: Any, core: _Partial) -> ValidationConfig:
-    return ValidationConfig.from_mapping(data or {}, "validation")
-
-
-def _sanitize(data: Any, core: _Partial) -> SanitizeConfig:
-    return SanitizeConfig.from_mapping(data, "sanitize")
-
-
-def _admin(data: Any, core: _Partial) -> AdminConfig:
-    return AdminConfig.from_mapping(data, "admin")
-
-
-def _approvals(data: Any, core: _Partial) -> ApprovalsConfig:
-    return ApprovalsConfig.from_mapping(data, "approvals")
-
-
-def _health(data: Any, core: _Partial) -> HealthConfig:
-    return HealthConfig.from_mapping(data, "health")
-
-
-def _tracing(data: Any, core: _Partial) -> TracingConfig:
-    return TracingConfig.from_mapping(data, "tracing")
-
-
-def _pinning(data: Any, core: _Partial) -> PinningConfig:
-    cfg = PinningConfig.from_mapping(data, "pinning")
-    cfg.store_kind(have_redis=core.redis_url is not None)  # store: redis without redis.url is a config error
-    return replace(cfg, file=core.base_dir / cfg.file)
-
-
-SECTION_PARSERS: Mapping[str, Callable[[Any, _Partial], Any]] = MappingProxyType({
-    "auth": _auth,
-    "audit": _audit,
-    "rate_limits": _rate_limits,
-    "validation": _validation,
-    "sanitize": _sanitize,
-    "pinning": _pinning,
-    "health": _health,
-    "admin": _admin,
-    "tracing": _tracing,
-    "approvals": _approvals,
-})
+SECTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(Sections))

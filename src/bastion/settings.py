@@ -9,22 +9,36 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote, urlencode
 
+from bastion.admin.config import AdminConfig
+from bastion.approvals.config import ApprovalsConfig
+from bastion.audit.config import AuditConfig
+from bastion.auth.config import AuthConfig
 from bastion.catalogue_limits import CatalogueLimits
 from bastion.errors import ConfigError
-from bastion.server.state import StateConfig
+from bastion.health.config import HealthConfig
+from bastion.pinning import PinningConfig
+from bastion.ratelimit.config import RateLimitConfig
+from bastion.sanitize.config import SanitizeConfig
+from bastion.sections import SECTION_NAMES, Core, SectionName, Sections
 from bastion.strictjson import DEFAULT_MAX_DEPTH, MAX_CONFIGURABLE_DEPTH
+from bastion.tracing.config import TracingConfig
 from bastion.units import parse_duration, parse_size
+from bastion.validation import ValidationConfig
 from bastion.yamlfile import YamlDoc, expand_env, load_yaml_file, load_yaml_text
 
 T = TypeVar("T")
 
 DEFAULT_CONFIG_ENV = "BASTION_CONFIG"
+# requestState sealing (bastion.server.state): the shared key's variable, its least length, the default lifetime.
+STATE_KEY_ENV = "BASTION_STATE_KEY"
+MIN_STATE_KEY_BYTES = 32
+DEFAULT_STATE_TTL_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +84,36 @@ class CatalogueConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StateConfig:
+    """The ``requestState`` sealing of the sessions section (see ``bastion.server.state``).
+
+    ``key``: raw bytes (from config or env; ``None`` means a random per-process key). ``ttl_s``: how long a
+    client has to answer the input requests and retry."""
+
+    key: bytes | None = field(default=None, repr=False)  # a secret: never in logs or reprs
+    ttl_s: float = DEFAULT_STATE_TTL_S
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, path: str = "sessions",
+                     environ: Mapping[str, str] | None = None) -> StateConfig:
+        """Parse ``state_key`` and ``state_ttl`` (seconds) from the sessions section; other keys are the
+        section owner's. ``BASTION_STATE_KEY`` in the environment applies when the file sets no key."""
+        data = data or {}
+        env = os.environ if environ is None else environ
+        raw = data.get("state_key", env.get(STATE_KEY_ENV))
+        key: bytes | None = None
+        if raw is not None:
+            if not isinstance(raw, str) or len(raw.encode("utf-8")) < MIN_STATE_KEY_BYTES:
+                raise ConfigError(f"state_key must be a string of at least {MIN_STATE_KEY_BYTES} bytes "
+                                  "(e.g. `openssl rand -hex 32`)", path=f"{path}.state_key")
+            key = raw.encode("utf-8")
+        ttl = data.get("state_ttl", DEFAULT_STATE_TTL_S)
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 1 <= ttl <= 86_400:
+            raise ConfigError("state_ttl must be a number of seconds between 1 and 86400", path=f"{path}.state_ttl")
+        return cls(key=key, ttl_s=float(ttl))
+
+
+@dataclass(frozen=True, slots=True)
 class SessionsConfig:
     idle_timeout_s: float = 3600.0
     max_sessions: int = 10_000
@@ -94,16 +138,40 @@ class Settings:
     base_dir: Path
     listen: ListenConfig
     upstreams: tuple[Any, ...]
+    sections: Sections
     redis_url: str | None = None
     catalogue: CatalogueConfig = field(default_factory=CatalogueConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     policies: tuple[Path, ...] = ()
-    sections: Mapping[str, Any] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict)
 
-    def section(self, name: str) -> Any:
-        return self.sections.get(name)
+    # One overload per feature section, so each call site gets that section's own config type.
+    @overload
+    def section(self, name: Literal["auth"]) -> AuthConfig: ...
+    @overload
+    def section(self, name: Literal["audit"]) -> AuditConfig: ...
+    @overload
+    def section(self, name: Literal["rate_limits"]) -> RateLimitConfig: ...
+    @overload
+    def section(self, name: Literal["validation"]) -> ValidationConfig: ...
+    @overload
+    def section(self, name: Literal["sanitize"]) -> SanitizeConfig: ...
+    @overload
+    def section(self, name: Literal["pinning"]) -> PinningConfig: ...
+    @overload
+    def section(self, name: Literal["health"]) -> HealthConfig: ...
+    @overload
+    def section(self, name: Literal["admin"]) -> AdminConfig: ...
+    @overload
+    def section(self, name: Literal["tracing"]) -> TracingConfig: ...
+    @overload
+    def section(self, name: Literal["approvals"]) -> ApprovalsConfig: ...
+
+    def section(self, name: SectionName) -> object:
+        """The parsed feature section ``name`` (its defaults when the file leaves it out)."""
+        value: object = getattr(self.sections, name)
+        return value
 
 
 def is_loopback_host(host: str) -> bool:
@@ -264,30 +332,10 @@ def _logging(data: Mapping[str, Any], env: Mapping[str, str]) -> LoggingConfig:
     return LoggingConfig(format="json" if fmt == "json" else "console", level=level)
 
 
-# Feature sections parsed by their own modules. Registered here, in one place, so the set of valid top-level
-# keys is explicit. Each parser receives (data, settings-so-far) and returns its config object.
-SectionParser = Callable[[Any, "_Partial"], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class _Partial:
-    listen: ListenConfig
-    base_dir: Path
-    redis_url: str | None
-
-
-def _section_parsers() -> Mapping[str, SectionParser]:
-    # Imported lazily: feature modules import settings helpers, and the CLI's `--help` should stay fast.
-    from bastion.sections import SECTION_PARSERS
-
-    return SECTION_PARSERS
-
-
 def parse(data: Any, *, source: str, base_dir: Path, env: Mapping[str, str] | None = None) -> Settings:
     environ = dict(os.environ if env is None else env)
     root = as_mapping(data, "")
-    parsers = _section_parsers()
-    check_keys(root, CORE_KEYS | set(parsers), "")
+    check_keys(root, CORE_KEYS | SECTION_NAMES, "")
 
     listen = _listen(as_mapping(root.get("listen"), "listen"))
     if environ.get("BASTION_HOST"):
@@ -319,11 +367,7 @@ def parse(data: Any, *, source: str, base_dir: Path, env: Mapping[str, str] | No
         items = [policies_value] if isinstance(policies_value, str) else as_str_list(policies_value, "policies")
         policies = tuple((base_dir / expand_env(p, "policies")).resolve() for p in items)
 
-    partial = _Partial(listen=listen, base_dir=base_dir, redis_url=redis_url)
-    sections = {name: parser(root.get(name), partial) for name, parser in parsers.items()}
-    # Across sections: a console reachable from other machines must be able to tell admins apart.
-    if "admin" in sections and "auth" in sections:
-        sections["admin"].check_auth(sections["auth"].mode != "none")
+    sections = Sections.parse(root, Core(listen_host=listen.host, base_dir=base_dir, redis_url=redis_url))
 
     return Settings(
         source=source,
@@ -448,7 +492,8 @@ def load(path: str | Path | None = None, *, env: Mapping[str, str] | None = None
     if not chosen:
         raise ConfigError(f"no config file given (use --config or set {DEFAULT_CONFIG_ENV})")
     file = Path(chosen)
-    doc = load_yaml_file(file)
+    # A config file may share blocks through anchors and aliases (policy files may not: see yamlfile).
+    doc = load_yaml_file(file, aliases=True)
     try:
         return parse(doc.data, source=str(file), base_dir=file.resolve().parent, env=env)
     except ConfigError as exc:
@@ -457,7 +502,7 @@ def load(path: str | Path | None = None, *, env: Mapping[str, str] | None = None
 
 def loads(text: str, *, source: str = "<config>", base_dir: Path | None = None,
           env: Mapping[str, str] | None = None) -> Settings:
-    doc = load_yaml_text(text, source)
+    doc = load_yaml_text(text, source, aliases=True)
     try:
         return parse(doc.data, source=source, base_dir=base_dir or Path.cwd(), env=env)
     except ConfigError as exc:

@@ -10,16 +10,18 @@ from bastion.approvals import ApprovalsConfig, ApprovalService
 from bastion.approvals.guard import ApprovalGuard, elicitation_params, verdict_of_elicitation
 from bastion.approvals.model import PendingApproval, summarize
 from bastion.approvals.store import RedisApprovalStore
+from bastion.call import CallRecord
 from bastion.errors import ToolError
-from bastion.pipeline import CallRecord
-from bastion.policy.model import ApprovalSpec
+from bastion.policy.model import APPROVAL, ApprovalSpec
 from bastion.redisconn import SHARED, open_client
 from tests.audit.helpers import context
 from tests.support.net import free_port
 
 
 def held(spec: ApprovalSpec) -> CallRecord:
-    return CallRecord(rule_id="r", approval_spec=spec)
+    record = CallRecord(rule_id="r")
+    record.put(APPROVAL, spec)
+    return record
 
 
 async def test_an_unreachable_store_fails_closed_with_a_tool_error() -> None:

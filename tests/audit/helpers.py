@@ -9,7 +9,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from bastion.pipeline import CallContext
+from bastion.call import CallContext
 from bastion.principal import Principal
 from bastion.tool import ToolEntry
 

@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from bastion.audit.hook import CallAuditor
 from bastion.audit.log import AuditLog
 from bastion.audit.sinks import FileSink
+from bastion.call import CallRecord
 from bastion.errors import UpstreamUnavailable
 from bastion.metrics import Metrics
-from bastion.pipeline import CallRecord
 from tests.audit.helpers import assert_valid, context
 
 OUTCOMES = [("allowed", CallRecord(stage="complete", upstream_ms=5.0)),

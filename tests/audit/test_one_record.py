@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from bastion.audit.hook import CallAuditor
 from bastion.audit.log import AuditLog
 from bastion.audit.record import arguments_digest, call_record, canonical_json
+from bastion.call import CallContext, CallRecord
 from bastion.errors import (
     RateLimited,
     ToolError,
@@ -30,7 +31,7 @@ from bastion.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from bastion.pipeline import CallContext, CallRecord, Pipeline
+from bastion.pipeline import Pipeline
 from bastion.strictjson import printable
 from tests.audit.helpers import assert_valid, context
 

@@ -20,6 +20,7 @@ from bastion.audit.record import (
     session_record,
     tools_list_record,
 )
+from bastion.call import CallRecord
 from bastion.errors import (
     AuditUnavailable,
     LimiterUnavailable,
@@ -30,7 +31,6 @@ from bastion.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from bastion.pipeline import CallRecord
 from bastion.principal import Principal
 from tests.audit.helpers import TRACEPARENT, assert_valid, context
 

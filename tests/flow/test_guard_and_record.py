@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from bastion.call import CallContext, CallRecord, Outcome
 from bastion.errors import PolicyDenied
 from bastion.flow import FlowRecorder, MemoryFlowStore
-from bastion.pipeline import CallContext, CallRecord, Outcome, Pipeline
+from bastion.pipeline import Pipeline
 from bastion.policy.flow import Touch
 from bastion.policy.guard import PolicyGuard, PolicyHolder
 from bastion.principal import Principal

@@ -89,3 +89,32 @@ async def test_unwritable_location_is_unavailable(tmp_path: Path) -> None:
         await store.update("files", lambda pins: Put({"a": pin("a")}))
     outcome = await Pinning(store, PinningConfig()).reconcile("files", [read_file(POISONED)])
     assert (outcome.degraded, outcome.quarantined) == (True, frozenset({"read_file"}))
+
+
+async def test_the_file_is_the_stdlib_encoding_whatever_was_remembered(tmp_path: Path) -> None:
+    """Sections of unchanged upstreams are reused between writes; the file still reads as one ``json.dumps``."""
+    path = tmp_path / "pins.json"
+    store = FilePinStore(path)
+    odd = Pin(tool="odd", fingerprint="sha256:1", definition={"name": "odd", "x": [1e-05, 2**70, "é\u2028"]},
+              status="approved", first_seen="t", approved_by="x", approved_at="t")
+    for i in range(4):
+        await store.update(f"up{i % 2}", lambda pins, i=i: Put({f"t{i}": pin(f"t{i}"), "odd": odd}))
+        doc = json.loads(path.read_text())
+        assert path.read_text() == json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    assert sorted(doc["upstreams"]["up0"]) == ["odd", "t0", "t2"]
+
+
+async def test_another_writers_change_is_read_even_when_the_file_was_remembered(tmp_path: Path) -> None:
+    path = tmp_path / "pins.json"
+    gateway, cli = FilePinStore(path), FilePinStore(path)
+    await gateway.update("files", lambda pins: Put({"a": pin("a")}))
+    assert await gateway.load("files") == {"a": pin("a")}  # now remembered
+    await cli.update("files", lambda pins: Put({"b": pin("b")}))
+    assert await gateway.load("files") == {"a": pin("a"), "b": pin("b")}
+    # A read-modify-write on top of the other writer's change keeps it.
+    await gateway.update("files", lambda pins: Put({"c": pin("c")}))
+    assert set(await cli.load("files")) == {"a", "b", "c"}
+    # Same length, same shape, other bytes: still seen.
+    text = path.read_text()
+    path.write_text(text.replace('"sha256:a"', '"sha256:A"'))
+    assert (await gateway.load("files"))["a"].fingerprint == "sha256:A"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import INVALID_PARAMS, POLICY_DENIED, ConfigError, PolicyDenied, UnknownTool
-from bastion.pipeline import CallContext, CallRecord
 from bastion.policy.guard import PolicyGuard, PolicyHolder
 from bastion.policy.load import PolicyText, compile_policies
 from tests.policy.support import policy, tool, who

@@ -7,13 +7,13 @@ from contextlib import AsyncExitStack
 import pytest
 from redis.asyncio import Redis
 
+from bastion.call import CallContext, CallRecord, RequestGuard
 from bastion.errors import LimiterUnavailable, RateLimited
-from bastion.pipeline import CallContext, CallRecord, RequestGuard
 from bastion.principal import Principal
 from bastion.ratelimit import RateLimitConfig, build_limiter
 from bastion.ratelimit.guard import RateLimitGuard
 from bastion.ratelimit.memory import MemoryLimiter
-from bastion.ratelimit.model import ConcurrencySpec, Rate, RateLimitSpec
+from bastion.ratelimit.model import ALLOWANCE, Allowance, ConcurrencySpec, Rate, RateLimitSpec
 from bastion.ratelimit.redis_limiter import RedisLimiter
 from bastion.tool import ToolEntry
 from tests.support.redis_server import RedisServer
@@ -23,6 +23,13 @@ def ctx(principal: str = "alice", tool: str = "files_read", upstream: str = "fil
     entry = ToolEntry(public_name=tool, upstream=upstream, original_name=tool, definition={"name": tool},
                       upstream_definition={"name": tool})
     return CallContext(request_id="1", principal=Principal(id=principal), tool=entry, arguments={})
+
+
+def allowed(allowance: Allowance) -> CallRecord:
+    """A record as the policy guard leaves it for a call it allowed with ``allowance``."""
+    record = CallRecord()
+    record.put(ALLOWANCE, allowance)
+    return record
 
 
 def config(**extra: object) -> RateLimitConfig:
@@ -66,11 +73,11 @@ async def test_policy_limits_cost_and_override() -> None:
     # Replaces the default of the same name for this call: a larger budget.
     wider = RateLimitSpec(name="per-principal", scope="principal", rate=Rate(100, 3600.0))
     for _ in range(2):
-        await attempt(guard, ctx(), CallRecord(limits=(per_tool, wider), cost=2))
+        await attempt(guard, ctx(), allowed(Allowance(limits=(per_tool, wider), cost=2)))
     with pytest.raises(RateLimited, match=r"\(tool\)"):
-        await attempt(guard, ctx(), CallRecord(limits=(per_tool, wider), cost=2))
+        await attempt(guard, ctx(), allowed(Allowance(limits=(per_tool, wider), cost=2)))
     # Another tool of the same principal has its own per-tool bucket.
-    await attempt(guard, ctx(tool="files_write"), CallRecord(limits=(per_tool, wider), cost=2))
+    await attempt(guard, ctx(tool="files_write"), allowed(Allowance(limits=(per_tool, wider), cost=2)))
 
 
 async def test_concurrency_lease_is_held_until_cleanup() -> None:
@@ -89,18 +96,18 @@ async def test_policy_attached_cap_per_upstream() -> None:
     guard = RateLimitGuard(MemoryLimiter(), RateLimitConfig())
     cap = ConcurrencySpec(name="upstream", scope="upstream", max=1)
     async with AsyncExitStack() as cleanup:
-        await guard.check(ctx("alice"), CallRecord(concurrency=(cap,)), cleanup)
+        await guard.check(ctx("alice"), allowed(Allowance(concurrency=(cap,))), cleanup)
         with pytest.raises(RateLimited):
-            await attempt(guard, ctx("bob"), CallRecord(concurrency=(cap,)))
-        await attempt(guard, ctx("bob", upstream="github"), CallRecord(concurrency=(cap,)))
+            await attempt(guard, ctx("bob"), allowed(Allowance(concurrency=(cap,))))
+        await attempt(guard, ctx("bob", upstream="github"), allowed(Allowance(concurrency=(cap,))))
 
 
 async def test_scope_components_cannot_collide() -> None:
     guard = RateLimitGuard(MemoryLimiter(), RateLimitConfig())
     per_tool = RateLimitSpec(name="t", scope="principal_tool", rate=Rate(1, 3600.0))
     # Joined naively, both would be "principal=a,tool=b,tool=c" and share one bucket of 1.
-    await attempt(guard, ctx("a,tool=b", tool="c"), CallRecord(limits=(per_tool,)))
-    await attempt(guard, ctx("a", tool="b,tool=c"), CallRecord(limits=(per_tool,)))
+    await attempt(guard, ctx("a,tool=b", tool="c"), allowed(Allowance(limits=(per_tool,))))
+    await attempt(guard, ctx("a", tool="b,tool=c"), allowed(Allowance(limits=(per_tool,))))
 
 
 async def test_redis_keys_follow_the_documented_layout(redis_server: RedisServer, prefix: str) -> None:

@@ -4,8 +4,8 @@ from collections.abc import Mapping
 
 import pytest
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import ToolError
-from bastion.pipeline import CallContext, CallRecord
 from bastion.principal import Principal
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import ResultWithheld, SanitizeGuard

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from bastion.pipeline import CallContext, CallRecord, Pipeline
+from bastion.call import CallContext, CallRecord
+from bastion.pipeline import Pipeline
 from bastion.principal import Principal
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.shape import MalformedResult, ResultShapeGuard, cap_blocks, omitted_marker, result_problem

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import ToolError
-from bastion.pipeline import CallContext, CallRecord
 from bastion.principal import Principal
 from bastion.tool import ToolEntry
 from bastion.validation import (

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 from bastion.admin.config import AdminConfig
 from bastion.admin.console import Console
 from bastion.admin.server import AdminServer
 from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
 from bastion.auth.config import AuthConfig
-from bastion.health import Health
 from bastion.principal import Principal
 
 __all__ = ["AdminConfig", "AdminConsole", "AdminSources", "build_console", "known_principals"]
@@ -36,20 +33,9 @@ class AdminConsole:
 
 
 def build_console(cfg: AdminConfig, src: AdminSources) -> AdminConsole:
-    """Subscribe to the audit log, count restarts, and build the app; nothing listens until ``start``."""
+    """Subscribe to the audit log and build the app; nothing listens until ``start``."""
     tap = AuditTap(cfg.live_buffer)
     src.audit_log.listeners.append(tap)
-    src.started_at = src.started_at or time.time()
-    if not src.principals:
-        src.principals = known_principals(src.gateway.settings.section("auth"))
-    previous = src.monitor.on_transition
-
-    def transition(name: str, old: Health, new: Health) -> None:
-        previous(name, old, new)
-        if new.state == "restarting":
-            src.restarts[name] = src.restarts.get(name, 0) + 1
-
-    src.monitor.on_transition = transition
     console = Console(cfg, src, tap)
     return AdminConsole(console, AdminServer(console.asgi(), cfg.host, cfg.port))
 

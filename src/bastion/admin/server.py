@@ -17,6 +17,8 @@ from typing import Any
 import structlog
 import uvicorn
 
+from bastion.listener import bind_listener
+
 log = structlog.get_logger("bastion.admin")
 
 
@@ -36,8 +38,6 @@ class AdminServer:
 
     async def start(self) -> None:
         """Bind and serve. A port in use raises ``OSError`` here, failing the gateway's start-up loudly."""
-        from bastion.cli import bind_listener
-
         sock = bind_listener(self.host, self.port)
         sock.listen(128)
         self.port = sock.getsockname()[1]

@@ -1,4 +1,4 @@
-"""What the console reads and acts on: the running gateway's parts, handed over by ``create_app``.
+"""What the console reads and acts on: the running gateway's parts, handed over by ``assembly.build``.
 
 The console never reaches into the app by name; everything it shows comes through here, so a page can only show
 what this object exposes (no API key hashes, no upstream headers: neither is reachable from it).
@@ -6,7 +6,8 @@ what this object exposes (no API key hashes, no upstream headers: neither is rea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +39,11 @@ class AdminSources:
     # Pending human approvals (list, decide, subscribe) for the approvals page; None: the page says so.
     approvals: ApprovalService | None = None
     # The principals the auth config names (API key ids with their groups and attributes, never the hashes), for
-    # the catalogue's per-principal view. Empty: ``build_console`` fills it from the gateway's auth section.
+    # the catalogue's per-principal view (``known_principals`` of the auth section).
     principals: tuple[Principal, ...] = ()
     # The number of live sessions, as the sweeper last counted them (``None``: not counted yet).
     sessions: Callable[[], int | None] = lambda: None
-    started_at: float = 0.0
-    restarts: dict[str, int] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.time)
+    # Restarts per upstream since start, counted by the assembly's health transition handler.
+    restarts: Mapping[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -1,6 +1,6 @@
 """The ``approval`` request guard: holds a call an ``effect: approve`` rule matched until a person says yes.
 
-It runs right after the policy guard and before the rate limiter (see ``app._guards`` for why), asks the calling
+It runs right after the policy guard and before the rate limiter (see ``guard_list`` for why), asks the calling
 user through the client when the client can be asked (``elicitation/create`` in the session-based era) and lets
 admins decide at the same time; the first verdict wins. Approved: the call goes on. Declined, timed out, or
 refused because too many calls wait: a tool error the model can read. Either way the call's one audit record
@@ -15,15 +15,16 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.exceptions import RedisError
 
 from bastion.approvals.model import PendingApproval, Verdict, new_approval_id, summarize
 from bastion.approvals.service import ApprovalService, ApprovalsFull, UserAsk
+from bastion.call import AskClient, CallContext, CallRecord
 from bastion.errors import BastionError, ToolError
-from bastion.pipeline import AskClient, CallContext, CallRecord
-from bastion.policy.model import ApprovalSpec
+from bastion.outcome import Outcome
+from bastion.policy.model import APPROVAL, ApprovalSpec
 
 # What a session-remembered yes is worth at most: a session idles out long before in practice.
 REMEMBER_TTL_S = 24 * 3600.0
@@ -34,6 +35,12 @@ APPROVAL_SCHEMA: dict[str, Any] = {
                                "description": "Run the tool call described above", "default": False}},
     "required": ["approve"],
 }
+
+
+class NotApproved(ToolError):
+    """The call was not approved (declined, timed out, refused, or nobody could be asked): it was not run."""
+
+    outcome: ClassVar[Outcome | None] = "denied"
 
 
 def elicitation_params(pending: PendingApproval) -> dict[str, Any]:
@@ -64,7 +71,7 @@ class ApprovalGuard:
         self._on_outcome = on_outcome
 
     async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
-        spec = record.approval_spec
+        spec = record.get(APPROVAL)
         if spec is None:
             return
         rule_id = record.rule_id or ""
@@ -89,7 +96,7 @@ class ApprovalGuard:
                     if key is not None:
                         await self._service.remember(key, REMEMBER_TTL_S)
                     return
-                raise ToolError(f"This call to {ctx.tool.public_name} was declined by the user; it was not run")
+                raise NotApproved(f"This call to {ctx.tool.public_name} was declined by the user; it was not run")
             if "user" in spec.via and rnd.can_ask:
                 # Stateless: the question goes back as an input_required result; the retry carries the answer.
                 now = time.time()
@@ -105,8 +112,8 @@ class ApprovalGuard:
         if ask_user is None and "admin" not in spec.via:
             facts.update(outcome="unavailable", channel="gateway")
             self._count("unavailable", "gateway")
-            raise ToolError(f"This call to {ctx.tool.public_name} needs the calling user's approval, but this client "
-                            "cannot be asked on this request (it did not declare elicitation support)")
+            raise NotApproved(f"This call to {ctx.tool.public_name} needs the calling user's approval, but this client "
+                              "cannot be asked on this request (it did not declare elicitation support)")
         approval_id = new_approval_id()
         facts["id"] = approval_id
         # Until a verdict says otherwise, a call that ends here was withdrawn (the client cancelled it).
@@ -121,14 +128,14 @@ class ApprovalGuard:
         except ApprovalsFull as exc:
             facts.update(outcome="refused", channel="gateway")
             self._count("refused", "gateway")
-            raise ToolError(f"This call to {ctx.tool.public_name} needs approval, but {exc}; try again later") \
+            raise NotApproved(f"This call to {ctx.tool.public_name} needs approval, but {exc}; try again later") \
                 from None
         except (RedisError, OSError) as exc:
             # The shared store is unreachable: nobody could see or decide the approval, so the call fails closed.
             facts.update(outcome="unavailable", channel="gateway")
             self._count("unavailable", "gateway")
-            raise ToolError(f"This call to {ctx.tool.public_name} needs approval, but approvals are unavailable "
-                            "right now; it was not run", log_detail=f"approval store: {type(exc).__name__}") from None
+            raise NotApproved(f"This call to {ctx.tool.public_name} needs approval, but approvals are unavailable "
+                              "right now; it was not run", log_detail=f"approval store: {type(exc).__name__}") from None
         except asyncio.CancelledError:
             facts["waited_ms"] = round((time.monotonic() - started) * 1000, 3)
             self._count("withdrawn", "gateway")
@@ -141,10 +148,10 @@ class ApprovalGuard:
                 await self._service.remember(key, REMEMBER_TTL_S)
             return
         if verdict.outcome == "timed_out":
-            raise ToolError(f"This call to {ctx.tool.public_name} needs approval and none came within "
-                            f"{spec.timeout_s:g} s; it was not run")
+            raise NotApproved(f"This call to {ctx.tool.public_name} needs approval and none came within "
+                              f"{spec.timeout_s:g} s; it was not run")
         who = "the user" if verdict.channel == "elicitation" else "an administrator"
-        raise ToolError(f"This call to {ctx.tool.public_name} was declined by {who}; it was not run")
+        raise NotApproved(f"This call to {ctx.tool.public_name} was declined by {who}; it was not run")
 
     def _user_ask(self, ctx: CallContext, spec: ApprovalSpec) -> UserAsk | None:
         ask = ctx.ask_client

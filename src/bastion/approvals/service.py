@@ -159,7 +159,8 @@ class ApprovalService:
         if await self._finish(approval_id, verdict):
             return verdict
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), _LOST_CLAIM_GRACE_S)
+            async with asyncio.timeout(_LOST_CLAIM_GRACE_S):
+                return await asyncio.shield(fut)
         except TimeoutError:
             # The winner's message was lost (Redis hiccup): nobody's yes is known here, so the call does not run.
             return Verdict("timed_out", "gateway", at=self._clock())

@@ -14,8 +14,8 @@ import structlog
 
 from bastion.audit.log import AuditLog
 from bastion.audit.record import as_outcome, call_record, fallback_call_record
+from bastion.call import CallContext, CallRecord
 from bastion.metrics import Metrics
-from bastion.pipeline import CallContext, CallRecord
 
 __all__ = ["CallAuditor"]
 
@@ -23,7 +23,7 @@ _log = structlog.get_logger("bastion.audit")
 
 
 class CallAuditor:
-    """Implements ``bastion.pipeline.AuditHook``.
+    """Implements ``bastion.call.AuditHook``.
 
     ``redact`` is applied to every string of logged arguments (only when ``audit.log_arguments`` is on); the core
     passes the sanitizer's redactor. ``clock`` gives wall-clock epoch seconds for the record's ``time``.

@@ -25,6 +25,7 @@ from typing import Any, Literal, cast
 import orjson
 
 from bastion.audit.trace import parse_traceparent
+from bastion.call import CallContext, CallRecord, Era
 from bastion.catalogue_limits import LimitDrop
 from bastion.errors import (
     AuditUnavailable,
@@ -37,7 +38,6 @@ from bastion.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from bastion.pipeline import CallContext, CallRecord, Era
 from bastion.principal import Principal
 from bastion.strictjson import MAX_SAFE_INTEGER, printable
 
@@ -240,8 +240,10 @@ def classify_outcome(record: CallRecord | None, error: BaseException | None) -> 
         return "invalid_input"
     if stage == "output_schema":
         return "invalid_output"
-    if stage in ("resolve", "pinning", "policy") and isinstance(error, RequestError):
-        return "denied"
+    # The error says what it means (``RequestError.outcome``): a stage-name table here went stale when guards
+    # were renamed (a quarantined tool's call was recorded as an error, not a denial).
+    if isinstance(error, RequestError) and error.outcome is not None:
+        return error.outcome
     if isinstance(error, ToolError | HttpError):
         return "denied"
     return "error"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import structlog
 
+from bastion.call import CallContext
 from bastion.flow.store import FlowStore
-from bastion.pipeline import CallContext
 from bastion.policy.flow import FlowHistory, FlowSettings
 
 log = structlog.get_logger("bastion.flow")

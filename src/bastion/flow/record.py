@@ -18,9 +18,9 @@ from typing import Any
 
 import structlog
 
+from bastion.call import AuditHook, CallContext, CallRecord, Outcome
 from bastion.flow.context import context_key
 from bastion.flow.store import FlowStore
-from bastion.pipeline import AuditHook, CallContext, CallRecord, Outcome
 from bastion.policy.decide import PolicySet
 from bastion.policy.flow import touches_for
 

@@ -44,13 +44,19 @@ def _ignore_transition(name: str, old: Health, new: Health) -> None:
     return None
 
 
+def _ignore_recovered(name: str) -> None:
+    return None
+
+
 async def _ignore_hidden(names: frozenset[str]) -> None:
     return None
 
 
 class HealthMonitor:
     def __init__(self, names: Iterable[str], config: HealthConfig, *, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, probe: Probe | None = None,
+                 on_transition: Transition | None = None, on_recovered: Callable[[str], None] | None = None,
+                 on_hidden: Callable[[frozenset[str]], Awaitable[None]] | None = None) -> None:
         self.config = config
         self._clock = clock
         self._rng = rng or random.Random()
@@ -60,10 +66,10 @@ class HealthMonitor:
         self._probe_soon: set[str] = set()
         self._hidden: frozenset[str] = frozenset()
         self._tasks: list[asyncio.Task[None]] = []
-        self.probe: Probe | None = None
-        self.on_transition: Transition = _ignore_transition
-        self.on_recovered: Callable[[str], None] = lambda name: None
-        self.on_hidden: Callable[[frozenset[str]], Awaitable[None]] = _ignore_hidden
+        self.probe = probe
+        self.on_transition = on_transition or _ignore_transition
+        self.on_recovered = on_recovered or _ignore_recovered
+        self.on_hidden = on_hidden or _ignore_hidden
 
     # -- what others read -------------------------------------------------------------------------------------
 
@@ -182,7 +188,8 @@ class HealthMonitor:
                 wait = min(wait, hide_at - now)
             if wait > 0 and not wake.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), None if math.isinf(wait) else wait)
+                    async with asyncio.timeout(None if math.isinf(wait) else wait):
+                        await wake.wait()
             wake.clear()
             now = self._clock()
             health = self._health[name]

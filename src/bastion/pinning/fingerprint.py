@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from bastion.pinning import encoding
+
 FINGERPRINTED_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 
 # Diff output is read by an admin in a terminal and written to the audit log: enough to see what changed, never a
@@ -30,8 +32,8 @@ def pinned_view(definition: Mapping[str, Any]) -> dict[str, Any]:
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, no whitespace, UTF-8 (non-ASCII kept as is, so two spellings of one text cannot differ)."""
     # NaN/Infinity are not JSON, but a lenient parser upstream of us may let them through; hash them as tokens
-    # rather than fail a whole catalogue refresh.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    # rather than fail a whole catalogue refresh (``encoding.canonical`` leaves floats to the stdlib).
+    return encoding.canonical(value)
 
 
 def fingerprint(definition: Mapping[str, Any]) -> str:

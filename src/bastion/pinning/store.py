@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 import redis.exceptions as redis_errors
 import structlog
 
+from bastion.pinning import encoding
 from bastion.pinning.config import PinningConfig
 from bastion.pinning.errors import PinStoreCorrupt, PinStoreUnavailable
 from bastion.pinning.model import Pin, PinDataError
@@ -70,12 +71,22 @@ class FilePinStore:
 
     Written to a temporary file in the same directory and renamed over the old one, so a reader (another process,
     or ``load`` here, which takes no lock) sees the old file or the new one, never half of one.
+
+    A catalogue refresh reconciles every upstream in turn, each a read-modify-write of the whole file, so with many
+    upstreams the file would be parsed and re-encoded once per upstream: quadratic in the fleet. Two memories keep
+    that linear without trusting anything but the file's bytes: the last document read or written, reused only
+    while the file holds exactly the bytes it came from (another writer's change is always seen), and each
+    upstream's encoded section, reused while that upstream's pins are the very same object (unchanged since).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock_path = self.path.with_name(self.path.name + ".lock")
         self._lock = asyncio.Lock()
+        # (file bytes, parsed document): the document is never mutated, so it can be handed out again. Replaced
+        # whole (one attribute store), since ``load`` may read it from another thread.
+        self._parsed: tuple[bytes, dict[str, Any]] | None = None
+        self._sections: dict[str, tuple[object, bytes]] = {}
 
     async def load(self, upstream: str) -> dict[str, Pin]:
         doc = await asyncio.to_thread(self._read)
@@ -107,19 +118,23 @@ class FilePinStore:
                 if result.writes:
                     pins = dict(doc["upstreams"].get(upstream, {}))
                     pins.update({tool: pin.to_json() for tool, pin in result.writes.items()})
-                    doc["upstreams"][upstream] = pins
-                    self._write(doc)
+                    # A new document sharing the unchanged parts: the one read may be the remembered one.
+                    self._write({**doc, "upstreams": {**doc["upstreams"], upstream: pins}})
                 return result
         except OSError as exc:
             raise PinStoreUnavailable(f"pin file {self.path}: {exc.strerror or exc}") from None
 
     def _read(self) -> dict[str, Any]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return {"version": _FILE_VERSION, "upstreams": {}}
         except OSError as exc:
             raise PinStoreUnavailable(f"pin file {self.path}: {exc.strerror or exc}") from None
+        parsed = self._parsed
+        if parsed is not None and parsed[0] == raw:
+            return parsed[1]
+        text = raw.decode("utf-8")
         try:
             doc = json.loads(text)
         except ValueError:
@@ -128,10 +143,11 @@ class FilePinStore:
                 or not isinstance(doc.get("upstreams"), dict)
                 or not all(isinstance(v, dict) for v in doc["upstreams"].values())):
             raise PinStoreCorrupt(f"pin file {self.path}: expected {{'version': 1, 'upstreams': {{...}}}}")
+        self._parsed = (raw, doc)
         return doc
 
-    def _write(self, doc: Mapping[str, Any]) -> None:
-        data = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+    def _write(self, doc: dict[str, Any]) -> None:
+        data = self._encode(doc)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -143,6 +159,40 @@ class FilePinStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        self._parsed = (data, doc)
+
+    def _encode(self, doc: Mapping[str, Any]) -> bytes:
+        """``json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)`` and a newline, as UTF-8, byte for
+        byte, with each upstream's section encoded only when its pins changed. Nested output is the standalone
+        encoding with every line indented further (JSON strings never hold a raw newline), which is what makes
+        the sections reusable; the pieces are joined once, since the file may be megabytes."""
+        sections: dict[str, tuple[object, bytes]] = {}
+        pieces: list[bytes] = []
+        for i, (key, value) in enumerate(sorted(doc.items())):
+            pieces.append(b"{\n  " if i == 0 else b",\n  ")
+            pieces.append(_dumps(key).encode("utf-8") + b": ")
+            if key == "upstreams" and value:
+                for j, (name, pins) in enumerate(sorted(value.items())):
+                    cached = self._sections.get(name)
+                    section = cached[1] if cached is not None and cached[0] is pins else \
+                        (_dumps(name) + ": " + _indented(pins, 4)).encode("utf-8")
+                    sections[name] = (pins, section)
+                    pieces.append(b"{\n    " if j == 0 else b",\n    ")
+                    pieces.append(section)
+                pieces.append(b"\n  }")
+            else:
+                pieces.append(_indented(value, 2).encode("utf-8"))
+        pieces.append(b"\n}\n" if pieces else b"{}\n")
+        self._sections = sections
+        return b"".join(pieces)
+
+
+def _dumps(value: Any) -> str:
+    return encoding.indented(value)
+
+
+def _indented(value: Any, by: int) -> str:
+    return _dumps(value).replace("\n", "\n" + " " * by)
 
 
 class RedisPinStore:

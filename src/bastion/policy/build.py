@@ -20,9 +20,9 @@ from bastion.policy.names import (
     compile_uri_glob,
     is_safe_name,
 )
-from bastion.policy.yamlsrc import YamlSource
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_rate
 from bastion.units import parse_duration
+from bastion.yamlfile import YamlDoc
 
 # One hour: beyond it a held call outlives any client's patience and any proxy's idle timeout.
 MAX_APPROVAL_TIMEOUT_S = 3600.0
@@ -35,7 +35,7 @@ _ALLOW_ON_ANNOTATIONS = (
     "allow by tool name or upstream")
 
 
-def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
+def build_rule(raw: Mapping[str, Any], path: str, doc: YamlDoc) -> Rule:
     effect = raw["effect"]
     mode = raw.get("mode", "enforce")
     approval = _approval(raw, path)
@@ -93,7 +93,7 @@ def build_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> Rule:
     )
 
 
-def build_label_rule(raw: Mapping[str, Any], path: str, doc: YamlSource) -> LabelRule:
+def build_label_rule(raw: Mapping[str, Any], path: str, doc: YamlDoc) -> LabelRule:
     return LabelRule(
         labels=tuple(dict.fromkeys(raw["labels"])), origin=f"{doc.source}:{doc.line_of(path)}",
         tools=_name_globs(raw["tools"], f"{path}.tools") if "tools" in raw else None,

@@ -15,10 +15,10 @@ from bastion.policy.decide import PolicySet
 from bastion.policy.flow import FlowHistory, Touch, touches_for
 from bastion.policy.load import policy_schema, validate_document
 from bastion.policy.model import Decision, Kind
-from bastion.policy.yamlsrc import parse_yaml
 from bastion.principal import Principal
 from bastion.tool import ToolEntry
 from bastion.units import parse_duration
+from bastion.yamlfile import load_yaml_text
 
 _UNSET = "<unset>"
 _KINDS: tuple[Kind, ...] = ("tool", "prompt", "resource")
@@ -76,7 +76,7 @@ def load_cases(path: Path) -> CaseFile:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read test file: {exc}", source=str(path)) from None
-    doc = parse_yaml(text, str(path))
+    doc = load_yaml_text(text, str(path))
     validate_document(doc, jsonschema.Draft202012Validator(policy_schema("cases.schema.json")),
                       "a mapping with 'policies:' and 'cases:'")
     raw_policies = doc.data["policies"]

@@ -7,16 +7,20 @@ effect for lists and calls at the same instant and the two can never disagree.
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from contextlib import AsyncExitStack
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import PolicyDenied, UnknownTool
 from bastion.flow.context import load_history
 from bastion.flow.store import FlowStore
-from bastion.pipeline import CallContext, CallRecord
 from bastion.policy.decide import PolicySet
 from bastion.policy.flow import FlowHistory, flow_audit
+from bastion.policy.model import APPROVAL
 from bastion.principal import Principal
+from bastion.ratelimit.model import ALLOWANCE, Allowance
 from bastion.tool import ToolEntry
+from bastion.visibility import claims_key
 
 
 class PolicyHolder:
@@ -37,9 +41,21 @@ class PolicyAccess:
 
     def __init__(self, holder: PolicyHolder) -> None:
         self._holder = holder
+        # The claim names the policy in force reads, worked out once per policy set.
+        self._claims: tuple[PolicySet | None, tuple[str, ...]] = (None, ())
 
     def tool_visible(self, principal: Principal, entry: ToolEntry) -> bool:
         return self._holder.current.visible(principal, entry)
+
+    def visibility_key(self, principal: Principal) -> tuple[object, Hashable]:
+        """What a listing decision reads of ``principal`` under the policy in force (``principal_matches``: its
+        id, its groups, the claims rules name), with that policy as the scope a reload replaces."""
+        policy = self._holder.current
+        if self._claims[0] is not policy:
+            names = {name for rule in policy.rules if rule.principals is not None
+                     for name, _ in rule.principals.claims}
+            self._claims = (policy, tuple(sorted(names)))
+        return policy, (principal.id, principal.groups, claims_key(principal.attributes, self._claims[1]))
 
     def prompt_visible(self, principal: Principal, upstream: str, public_name: str) -> bool:
         return self._holder.current.decide_prompt(principal, upstream, public_name).allowed
@@ -80,10 +96,8 @@ class PolicyGuard:
                                    log_detail=decision.reason,
                                    touched=tuple(dict.fromkeys(t.label for t in decision.flow)))
             raise UnknownTool(ctx.tool.public_name, log_detail=decision.reason)
-        record.limits = tuple(decision.limits)
-        record.concurrency = tuple(decision.concurrency)
-        record.cost = decision.cost
-        record.approval_spec = decision.approval
+        record.put(ALLOWANCE, Allowance(tuple(decision.limits), tuple(decision.concurrency), decision.cost))
+        record.put(APPROVAL, decision.approval)
 
 
 def _has_when(policy: PolicySet, rule_id: str | None) -> bool:

@@ -1,6 +1,6 @@
 """Policy files in, a compiled ``PolicySet`` out, or a ConfigError that names file, line and key path.
 
-Three passes per file: strict YAML (``yamlsrc``), the shipped JSON Schema (shape; unknown keys are errors), then
+Three passes per file: strict YAML (``yamlfile``), the shipped JSON Schema (shape; unknown keys are errors), then
 the rules the schema cannot say (globs, patterns, rates, allow-on-annotations, ids unique across files).
 """
 
@@ -21,8 +21,8 @@ from bastion.policy.build import build_costs, build_flow_settings, build_label_r
 from bastion.policy.decide import PolicySet
 from bastion.policy.flow import FlowSettings, LabelRule
 from bastion.policy.model import CostWeight, Rule
-from bastion.policy.yamlsrc import YamlSource, join_path, parse_yaml
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
+from bastion.yamlfile import YamlDoc, join_path, load_yaml_text
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 _Spec = RateLimitSpec | ConcurrencySpec
@@ -98,7 +98,7 @@ def policy_problems(paths: Sequence[Path]) -> list[ConfigError]:
     for file in files:
         try:
             (text,) = read_policy_texts([file])
-            doc = parse_yaml(text.text, text.source)
+            doc = load_yaml_text(text.text, text.source)
         except ConfigError as exc:
             problems.append(exc)
             continue
@@ -140,7 +140,7 @@ def compile_policies(texts: Iterable[PolicyText]) -> PolicySet:
     flow: tuple[FlowSettings, str] | None = None
     for item in texts:
         sources.append(item.source)
-        doc = parse_yaml(item.text, item.source)
+        doc = load_yaml_text(item.text, item.source)
         validate_document(doc, validator)
         if "reveal" in doc.data:
             # One answer for the whole set: two files disagreeing would make it depend on load order.
@@ -181,7 +181,7 @@ def content_version(texts: Iterable[PolicyText]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _check_limit_names(rule: Rule, path: str, doc: YamlSource, seen: dict[str, tuple[_Spec, str]]) -> None:
+def _check_limit_names(rule: Rule, path: str, doc: YamlDoc, seen: dict[str, tuple[_Spec, str]]) -> None:
     # A limit name is the key of one counter; two different definitions under one name would share it.
     groups: tuple[tuple[str, tuple[_Spec, ...]], ...] = (("limits", rule.limits), ("concurrency", rule.concurrency))
     for key, specs in groups:
@@ -194,7 +194,7 @@ def _check_limit_names(rule: Rule, path: str, doc: YamlSource, seen: dict[str, t
             seen.setdefault(name, (spec, f"{doc.source}:{doc.line_of(where)}"))
 
 
-def validate_document(doc: YamlSource, validator: jsonschema.Draft202012Validator,
+def validate_document(doc: YamlDoc, validator: jsonschema.Draft202012Validator,
                       shape: str = "a mapping with 'version: 1' and 'rules:'") -> None:
     """Raise the first schema violation (by line) as a ConfigError naming file, line and key path."""
     if not isinstance(doc.data, Mapping):
@@ -210,7 +210,7 @@ def validate_document(doc: YamlSource, validator: jsonschema.Draft202012Validato
     raise first
 
 
-def _describe(err: jsonschema.ValidationError, doc: YamlSource) -> ConfigError:
+def _describe(err: jsonschema.ValidationError, doc: YamlDoc) -> ConfigError:
     path = ""
     for part in err.absolute_path:
         path = join_path(path, part)
@@ -233,7 +233,7 @@ def _describe(err: jsonschema.ValidationError, doc: YamlSource) -> ConfigError:
     return doc.error(message, path or None)
 
 
-def _located(exc: ConfigError, doc: YamlSource) -> ConfigError:
+def _located(exc: ConfigError, doc: YamlDoc) -> ConfigError:
     if exc.source is not None:
         return exc
     return doc.error(exc.message, exc.path)

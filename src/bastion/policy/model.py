@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bastion.call import Handoff
 from bastion.policy.constraints import ArgConstraint
 from bastion.policy.flow import FlowCondition, Touch
 from bastion.policy.names import Glob
@@ -41,6 +42,11 @@ class ApprovalSpec:
     timeout_s: float = 120.0
     remember: Remember = "none"
     message: str | None = None
+
+
+# Put on the call's record by the policy guard when an ``effect: approve`` rule holds the call; read by the
+# approval guard after it.
+APPROVAL: Handoff[ApprovalSpec | None] = Handoff("policy.approval", None)
 
 
 @dataclass(frozen=True, slots=True)

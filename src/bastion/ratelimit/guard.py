@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from typing import TypeVar
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import LimiterUnavailable, RateLimited
-from bastion.pipeline import CallContext, CallRecord
 from bastion.ratelimit.config import RateLimitConfig
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.keys import bucket_key
 from bastion.ratelimit.limiter import CapCheck, Limiter
-from bastion.ratelimit.model import ConcurrencyScope, ConcurrencySpec, RateLimitSpec, Scope
+from bastion.ratelimit.model import ALLOWANCE, ConcurrencyScope, ConcurrencySpec, RateLimitSpec, Scope
 
 S = TypeVar("S", RateLimitSpec, ConcurrencySpec)
 
@@ -31,13 +31,14 @@ def merge_by_name(defaults: Iterable[S], attached: Iterable[S]) -> list[S]:
 
 
 def rate_checks(ctx: CallContext, record: CallRecord, cfg: RateLimitConfig) -> list[RateCheck]:
-    return [RateCheck.from_spec(spec, _key(spec.name, spec.scope, ctx), cost=record.cost)
-            for spec in merge_by_name(cfg.defaults, record.limits)]
+    allowance = record.get(ALLOWANCE)
+    return [RateCheck.from_spec(spec, _key(spec.name, spec.scope, ctx), cost=allowance.cost)
+            for spec in merge_by_name(cfg.defaults, allowance.limits)]
 
 
 def cap_checks(ctx: CallContext, record: CallRecord, cfg: RateLimitConfig) -> list[CapCheck]:
     return [CapCheck(name=spec.name, key=_key(spec.name, spec.scope, ctx), max=spec.max)
-            for spec in merge_by_name(cfg.concurrency, record.concurrency)]
+            for spec in merge_by_name(cfg.concurrency, record.get(ALLOWANCE).concurrency)]
 
 
 def _key(name: str, scope: Scope | ConcurrencyScope, ctx: CallContext) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bastion.call import Handoff
 from bastion.errors import ConfigError
 
 Scope = Literal["principal", "principal_tool", "upstream", "global"]
@@ -62,6 +63,19 @@ class ConcurrencySpec:
     scope: ConcurrencyScope
     max: int
 
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """What the policy attached to a call it allowed, for the rate-limit guard: the limits and concurrency caps of
+    the rules that allowed it, and the tool's cost weight."""
+
+    limits: tuple[RateLimitSpec, ...] = ()
+    concurrency: tuple[ConcurrencySpec, ...] = ()
+    cost: int = 1
+
+
+# Put on the call's record by the policy guard, read by the rate-limit guard after it.
+ALLOWANCE: Handoff[Allowance] = Handoff("ratelimit.allowance", Allowance())
 
 # Limit names end up inside Redis keys and JSON-RPC error data, so they stay short and plain.
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

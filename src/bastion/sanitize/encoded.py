@@ -107,6 +107,8 @@ def decoded_runs(text: str, max_probes: int = MAX_PROBES, max_runs: int = MAX_RU
                 continue
             probes += 1
             if kind == "b64":
+                if run in _KEYWORDS_NOT_TEXT:
+                    continue  # decided at import by this very probe (below): not text
                 probe = run[:_PROBE - _PROBE % 4] if len(run) > _PROBE else run
                 head = _decode(kind, probe)
                 if head is None or _as_text(head[:36] if len(head) > 36 else head) is None:
@@ -120,3 +122,16 @@ def decoded_runs(text: str, max_probes: int = MAX_PROBES, max_runs: int = MAX_RU
                     end = start + len(m.group().decode("utf-8", "surrogatepass"))
                 out.append(Decoded(start, end, decoded))
     return out
+
+
+def _probe_fails(run: bytes) -> bool:
+    """Whether the b64 probe of ``decoded_runs`` drops ``run`` before decoding it in full."""
+    probe = run[:_PROBE - _PROBE % 4] if len(run) > _PROBE else run
+    head = _decode("b64", probe)
+    return head is None or _as_text(head[:36] if len(head) > 36 else head) is None
+
+
+# JSON Schema keywords long and mixed-case enough to look like base64: every tool schema has some, and each would
+# be probed on every definition scanned. Only those the probe itself drops are listed, so skipping is exact.
+_KEYWORDS_NOT_TEXT = frozenset(word for word in (b"additionalProperties", b"unevaluatedProperties")
+                               if _probe_fails(word))

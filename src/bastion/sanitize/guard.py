@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import ToolError
-from bastion.pipeline import CallContext, CallRecord
+from bastion.outcome import Outcome
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.result import sanitize_result
 
@@ -21,6 +22,8 @@ CountsHook = Callable[[str, str, Mapping[str, int]], None]
 
 class ResultWithheld(ToolError):
     """The sanitized result may not reach the client (``injection: block``, or structured output too large)."""
+
+    outcome: ClassVar[Outcome | None] = "denied"
 
 
 class SanitizeGuard:

@@ -16,10 +16,9 @@ import orjson
 
 from bastion.sanitize.config import EffectiveSanitizePolicy
 from bastion.sanitize.report import SanitizeReport
-from bastion.sanitize.text import clean_text
+from bastion.sanitize.strings import MAX_DEPTH, StringSanitizer, truncate_utf8, truncation_marker
 from bastion.sanitize.walk import DROP, Walker
 
-MAX_DEPTH = 64
 ERROR_MESSAGE_BYTES = 4096
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 # Schemes a client may execute or that inline arbitrary content; every other scheme (https, file, custom
@@ -37,21 +36,6 @@ _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError"})
 
 class _TooDeep(Exception):
     pass
-
-
-def truncation_marker(omitted: int) -> str:
-    return f"…[truncated by bastion: {omitted} bytes omitted]"
-
-
-def truncate_utf8(text: str, limit: int) -> tuple[str, int]:
-    """Cut ``text`` to at most ``limit`` UTF-8 bytes on a character boundary; returns (text, bytes omitted)."""
-    if len(text) * 4 <= limit:
-        return text, 0
-    raw = text.encode("utf-8", "surrogatepass")
-    if len(raw) <= limit:
-        return text, 0
-    kept = raw[:limit].decode("utf-8", "ignore")
-    return kept, len(raw) - len(kept.encode("utf-8"))
 
 
 def uri_is_safe(uri: str) -> bool:
@@ -76,15 +60,12 @@ def _loads(text: str) -> Any:
         return json.loads(text)
 
 
-class Sanitizer:
+class Sanitizer(StringSanitizer):
     """One walk: the policy, the report it fills, and the byte budget left for content blocks."""
 
     def __init__(self, policy: EffectiveSanitizePolicy, report: SanitizeReport | None = None) -> None:
-        self.policy = policy
-        self.report = report if report is not None else SanitizeReport()
+        super().__init__(policy, report)
         self.budget = policy.max_result_bytes
-        # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
-        self._patterns = True
         # Fields beyond the ones handled here (annotations, icons, _meta, whatever a new revision adds) are walked
         # as text by default; credential keys are redacted by name in _meta.
         self._walker: Walker | None = None  # made on first use: most results need none
@@ -103,43 +84,6 @@ class Sanitizer:
             elif new is not value:
                 out[key] = new
         return out
-
-    # -- strings ---------------------------------------------------------------------------------------------
-
-    def string(self, value: str, limit: int | None = None, where: str | None = None) -> str:
-        """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen)."""
-        cleaned = clean_text(value)
-        text = cleaned.text
-        if cleaned.counts:
-            self.report.add(cleaned.counts, where)
-            self.report.add(self.policy.detector.hidden(value, cleaned.counts), where)
-        if self._patterns:
-            text, counts = self.policy.redactor.redact(text)
-            if counts:
-                self.report.add(counts, where)
-            text, counts = self.policy.detector.apply(text, self.policy.injection)
-            if counts:
-                self.report.add(counts, where)
-        if limit is not None:
-            text, omitted = truncate_utf8(text, limit)
-            if omitted:
-                self.report.bump("truncated", where)
-                text += truncation_marker(omitted)
-        return text
-
-    @property
-    def patterns(self) -> bool:
-        """False while a prescan found that no secret rule or injection pattern can match."""
-        return self._patterns
-
-    def prescan(self, value: Any) -> None:
-        """One RE2 pass per pattern set over all strings of ``value``; see ``json_tree``. Lasts for this walk."""
-        strings: list[str] = []
-        if not _collect(value, strings, 0):
-            self._patterns = True  # not every string was seen: scan each one as it is walked
-            return
-        joined = "\n\x00\n".join(strings)
-        self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
 
     def json_tree(self, value: Any) -> Any:
         """``json_value`` with one RE2 pass over all strings first, so a clean tree of many small strings does
@@ -370,25 +314,6 @@ def sanitize_notification(method: str, params: Mapping[str, Any],
             else:
                 out[key] = new
     return out, walker.report
-
-
-def _collect(value: Any, out: list[str], depth: int) -> bool:
-    """Append every string and key of ``value``; False when it is nested too deep to collect whole."""
-    if isinstance(value, str):
-        out.append(value)
-    elif depth > 2 * MAX_DEPTH:
-        return False
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str):
-                out.append(key)
-            if not _collect(item, out, depth + 1):
-                return False
-    elif isinstance(value, list):
-        for item in value:
-            if not _collect(item, out, depth + 1):
-                return False
-    return True
 
 
 def _no_block(policy: EffectiveSanitizePolicy) -> EffectiveSanitizePolicy:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import ToolError
-from bastion.pipeline import CallContext, CallRecord
+from bastion.outcome import Outcome
 from bastion.sanitize.config import SanitizeConfig
 
 log = structlog.get_logger("bastion.sanitize")
@@ -36,6 +37,8 @@ _BLOCK_FIELDS: Mapping[str, tuple[str, ...]] = {
 
 class MalformedResult(ToolError):
     """The upstream's result is not a well-formed ``CallToolResult``."""
+
+    outcome: ClassVar[Outcome | None] = "malformed_result"
 
 
 def omitted_marker(omitted: int, limit: int) -> dict[str, Any]:

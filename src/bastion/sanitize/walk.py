@@ -17,16 +17,15 @@ Pure apart from the report it fills. Containers that needed no change come back 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Set
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bastion.sanitize.links import link_allowed, secret_key
 from bastion.sanitize.report import SanitizeReport
+from bastion.sanitize.strings import StringSanitizer
 from bastion.sanitize.traces import one_line
-
-if TYPE_CHECKING:
-    from bastion.sanitize.result import Sanitizer
 
 MAX_DEPTH = 64
 KEY_BYTES = 1024
@@ -96,8 +95,19 @@ class ToolRefs:
     def __bool__(self) -> bool:
         return bool(self._names)
 
+    def without(self, names: Set[str]) -> ToolRefs:
+        """These references less ``names`` (distinctiveness is per name, so nothing is filtered again)."""
+        out = ToolRefs(frozenset())
+        out._names = self._names - names
+        return out
+
+    def absent_from(self, text: str) -> bool:
+        """True when no token of ``text`` is one of the names (``apply`` would find nothing)."""
+        return not self._names or self._names.isdisjoint(_CANDIDATES.findall(text))
+
     def apply(self, text: str, neutralise: bool) -> tuple[str, int]:
-        if not self._names:
+        if not self._names or self._names.isdisjoint(_CANDIDATES.findall(text)):
+            # The common case, a text naming no other server's tool, found by one C-speed pass.
             return text, 0
         found = 0
         parts: list[str] = []
@@ -116,9 +126,21 @@ class ToolRefs:
         return "".join(parts), found
 
 
+# The tokens ``apply`` compares with tool names, as ``_tokens`` cuts them (maximal runs of ASCII letters, digits
+# and ``_.-``) with their trailing ``.`` and ``-`` removed. A run of only ``.`` and ``-`` yields no candidate; its
+# token would be empty, which is no name.
+_CANDIDATES = re.compile(r"([A-Za-z0-9_.\-]*[A-Za-z0-9_])[.\-]*")
+# ``_distinctive`` for ASCII names: a separator or digit anywhere, or a capital after the first character.
+_MARK = re.compile(r"[_.\-0-9]")
+_INNER_CAPITAL = re.compile(r"[A-Z]")
+
+
 def _distinctive(name: str) -> bool:
-    return len(name) >= 4 and (any(c in "_.-" or c.isdigit() for c in name) or
-                               any(c.isupper() for c in name[1:]))
+    if len(name) < 4:
+        return False
+    if name.isascii():
+        return _MARK.search(name) is not None or _INNER_CAPITAL.search(name, 1) is not None
+    return any(c in "_.-" or c.isdigit() for c in name) or any(c.isupper() for c in name[1:])
 
 
 def _tokens(text: str) -> list[tuple[int, int]]:
@@ -137,9 +159,9 @@ def _tokens(text: str) -> list[tuple[int, int]]:
 
 
 class Walker:
-    """One walk of one item: the ``Sanitizer`` that cleans strings, plus what this shape needs on top."""
+    """One walk of one item: the ``StringSanitizer`` that cleans strings, plus what this shape needs on top."""
 
-    def __init__(self, sanitizer: Sanitizer, *, by_key: bool = False, mark_hidden: bool = False,
+    def __init__(self, sanitizer: StringSanitizer, *, by_key: bool = False, mark_hidden: bool = False,
                  refs: ToolRefs | None = None, neutralise_refs: bool = False, one_line_traces: bool = False,
                  limit: int | None = None) -> None:
         self.s = sanitizer
@@ -153,6 +175,8 @@ class Walker:
         self.semantic: set[str] = set()
         self._probe: Walker | None = None
         self._meta: Walker | None = None
+        # Set by ``prescan``: no string of the item names another server's tool.
+        self._refs_absent = False
 
     @property
     def report(self) -> SanitizeReport:
@@ -161,6 +185,7 @@ class Walker:
     # -- leaves ----------------------------------------------------------------------------------------------
 
     def text(self, value: str, where: str | None = None, limit: int | None = None) -> str:
+        given = value
         if self.one_line_traces:
             reduced = one_line(value)
             if reduced is not None:
@@ -170,7 +195,7 @@ class Walker:
         marking = self.mark_hidden and not (value.isascii() and value.isprintable())
         hidden_before = self._hidden() if marking else 0
         out = self.s.string(value, limit if limit is not None else self.limit, where)
-        if self.refs is not None:
+        if self.refs is not None and not (self._refs_absent and out is given):
             out, n = self.refs.apply(out, self.neutralise_refs)
             if n:
                 self.report.add({"cross_tool_reference": n}, where)
@@ -186,7 +211,7 @@ class Walker:
         if self._plain(value, 0):
             return value  # the common case, a printable ASCII name no pattern can match: no probe walk
         if self._probe is None:
-            self._probe = Walker(type(self.s)(replace(self.s.policy, injection="flag")))
+            self._probe = Walker(StringSanitizer(replace(self.s.policy, injection="flag")))
         probe = self._probe
         probe.s.report = SanitizeReport()
         cleaned = probe.value(value, where)
@@ -203,7 +228,11 @@ class Walker:
     def prescan(self, value: Any) -> None:
         """One RE2 pass per pattern set over all strings of ``value`` (keys included): when nothing can match
         anywhere, the per-string passes are skipped for the whole walk (``Sanitizer.json_tree`` does the same)."""
-        self.s.prescan(value)
+        joined = self.s.prescan(value)
+        # Tokens never span two strings (the separator is no word character): when no token of any string of
+        # ``value`` names another server's tool, a text this walk leaves unchanged cannot either. (Cleaning can
+        # join two runs into a name, so a changed text is still looked at.)
+        self._refs_absent = joined is not None and self.refs is not None and self.refs.absent_from(joined)
 
     def _plain(self, value: Any, depth: int) -> bool:
         if isinstance(value, str):
@@ -294,23 +323,35 @@ class Walker:
             self.semantic.add("oversize")
             return node
         if isinstance(node, list):
-            return [self.schema(n, f"{where}[{i}]", depth + 1, secret) for i, n in enumerate(node)]
+            items = [self.schema(n, f"{where}[{i}]", depth + 1, secret) for i, n in enumerate(node)]
+            return items if any(a is not b for a, b in zip(items, node, strict=True)) else node
         if not isinstance(node, dict):
             return node
+        # Like ``value``, a node that needed no change comes back as the same object: a clean definition shares
+        # its schemas with what the upstream sent, instead of holding a second copy of every node.
         out: dict[Any, Any] = {}
+        changed = False
         for key, value in node.items():
             path = f"{where}.{key}"
             if key in _SCHEMA_MAPS and isinstance(value, dict):
-                out[key] = {self.keep(name, f"{path}.{name}"):
-                            self.schema(sub, f"{path}.{name}", depth + 1, isinstance(name, str) and secret_key(name))
-                            for name, sub in value.items()}
+                subs = {self.keep(name, f"{path}.{name}"):
+                        self.schema(sub, f"{path}.{name}", depth + 1, isinstance(name, str) and secret_key(name))
+                        for name, sub in value.items()}
+                # ``keep`` returns every name as it was, so only the subschemas can differ.
+                new = subs if any(subs[name] is not sub for name, sub in value.items()) else value
             elif key in _SCHEMA_SUBS:
-                out[key] = self.schema(value, path, depth + 1, False)
+                new = self.schema(value, path, depth + 1, False)
             elif key in _SCHEMA_SEMANTIC or key in _SCHEMA_MAPS:
-                out[key] = self.keep(value, path)
+                new = self.keep(value, path)
             elif key in _SCHEMA_VALUES:
-                out[key] = self.value(value, path, depth + 1, secret)
+                new = self.value(value, path, depth + 1, secret)
             else:
                 new_key = self.text(key, path, KEY_BYTES) if isinstance(key, str) else key
-                out[new_key] = self.value(value, path, depth + 1)
-        return out
+                new = self.value(value, path, depth + 1)
+                if new_key != key:
+                    changed = True
+                    out[new_key] = new
+                    continue
+            changed = changed or new is not value
+            out[key] = new
+        return out if changed else node

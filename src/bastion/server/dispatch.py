@@ -27,10 +27,10 @@ import structlog
 from bastion import __version__, jsonrpc
 from bastion import catalogue as cat
 from bastion.audit.record import tools_list_record
+from bastion.call import CallContext, CallRecord, Era
 from bastion.errors import INVALID_PARAMS, InvalidParams, MethodNotFound, ProtocolError, UnknownTool
 from bastion.gateway import Gateway
 from bastion.jsonrpc import Message, RequestId
-from bastion.pipeline import CallContext, CallRecord, Era
 from bastion.protocol import methods as m
 from bastion.protocol.messages import (
     CallToolParams,
@@ -175,18 +175,18 @@ class Dispatcher:
     # -- tools ----------------------------------------------------------------------------------------------
 
     async def _tools_list(self, scope: Scope, params: PaginatedParams, rid: RequestId | None) -> dict[str, Any]:
-        visible = self.gw.visible_tools(scope.principal)
+        listing = self.gw.listings.listing(self.gw.view, self.gw.access, scope.principal)
         if params.get("cursor") is None:
             # One record per listing (its first page), saying how much the policy hid from this caller.
             await self.gw.emit_audit(tools_list_record(
-                at=time.time(), shown=len(visible), hidden=len(self.gw.view.catalogue.tools) - len(visible),
+                at=time.time(), shown=len(listing.tools), hidden=listing.hidden,
                 request_id=rid,
                 session=scope.session.id if scope.session else None, era=scope.era, principal=scope.principal,
                 client_info=scope.client_info, traceparent=self._traceparent(scope, jsonrpc.obj(params.get("_meta"))),
                 upstreams_failed=[n for n, up in (self.gw.pool.health() if self.gw.pool else {}).items() if not up]))
-        names = [t.public_name for t in visible]
-        start, end, next_cursor = cat.page(names, params.get("cursor"), self.gw.settings.catalogue.page_size)
-        result: dict[str, Any] = {"tools": [dict(t.definition) for t in visible[start:end]]}
+        # The page comes pre-encoded (an orjson.Fragment): the response encoder embeds it as is.
+        tools, next_cursor = listing.page(params.get("cursor"), self.gw.settings.catalogue.page_size)
+        result: dict[str, Any] = {"tools": tools}
         if next_cursor is not None:
             result["nextCursor"] = next_cursor
         return self._cache_hints(scope, result)

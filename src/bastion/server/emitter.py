@@ -82,7 +82,8 @@ class StreamEmitter:
         self._live.pending[rid] = fut
         try:
             self.outbox.put_nowait(jsonrpc.request(rid, method, params))
-            answer = await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                answer = await fut
         except TimeoutError:
             raise ProtocolError(INTERNAL_ERROR, f"the client did not answer {method} in time") from None
         finally:

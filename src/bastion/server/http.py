@@ -83,8 +83,7 @@ class McpEndpoint:
         self.on_session = on_session
         self._ids = itertools.count(1)
         self.listeners = dispatcher.listeners
-        gateway.change_listeners.append(self._announce)
-        gateway.resource_listeners.append(self.listeners.resource_updated)
+        gateway.changes.subscribe(self._announce, self.listeners.resource_updated)
 
     # The rooms behind the door, each built on first use from the collaborators the constructor took.
 

@@ -177,7 +177,8 @@ class SessionLifecycle:
                 yield b": bastion stream open\n\n"
                 while True:
                     try:
-                        item = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                        async with asyncio.timeout(KEEPALIVE_S):
+                            item = await queue.get()
                     except TimeoutError:
                         yield b": keep-alive\n\n"
                         continue

@@ -9,7 +9,7 @@ above the session's floor. Two more conditions keep this from becoming a channel
 - the GET stream's backlog is bounded: log messages are best effort, and a client that stops reading must not
   make bastion buffer an upstream's chatter without limit.
 
-Pure decisions here; ``Gateway.upstream_event`` does the cleaning and the delivery.
+Pure decisions here; ``bastion.broadcast.UpstreamBroadcast`` does the cleaning and the delivery.
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ class ModernDoor:
                 yield encode_event(jsonrpc.dumps(ack), event="message")
                 while True:
                     try:
-                        item = await asyncio.wait_for(stream.queue.get(), KEEPALIVE_S)
+                        async with asyncio.timeout(KEEPALIVE_S):
+                            item = await stream.queue.get()
                     except TimeoutError:
                         yield b": keep-alive\n\n"
                         continue

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from bastion.call import AskClient, Era
 from bastion.errors import ProtocolError
 from bastion.gateway import Gateway
-from bastion.pipeline import AskClient, Era
 from bastion.protocol.methods import INPUT_CAPABILITY, LOG_LEVELS, LOG_MESSAGE, PROGRESS, ROOTS_LIST
 from bastion.server.emitter import NullEmitter
 from bastion.server.scope import Scope

@@ -29,9 +29,9 @@ from typing import Any, cast
 import structlog
 
 from bastion import jsonrpc
+from bastion.call import ApprovalRound
 from bastion.errors import INTERNAL_ERROR, MISSING_CLIENT_CAPABILITY, ProtocolError, ToolError
 from bastion.gateway import Gateway
-from bastion.pipeline import ApprovalRound
 from bastion.protocol.messages import InputRequiredResult, RoundParams
 from bastion.protocol.meta import CLIENT_CAPABILITIES_KEY, LOG_LEVEL_KEY
 from bastion.protocol.methods import ELICITATION, INPUT_CAPABILITY

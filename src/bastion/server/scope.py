@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bastion.pipeline import Era
+from bastion.call import Era
 from bastion.principal import Principal
 from bastion.server.emitter import Emitter
 from bastion.server.sessions import LiveSession, SessionData

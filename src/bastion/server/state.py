@@ -22,22 +22,19 @@ import base64
 import binascii
 import hashlib
 import hmac
-import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from bastion.errors import ConfigError, InvalidParams
+from bastion.errors import InvalidParams
+from bastion.settings import StateConfig
 
 __all__ = ["ROUND_FIELDS", "InvalidRequestState", "RoundTrip", "StateConfig", "StateSealer", "request_digest"]
 
 FORMAT_TAG = "bastion.rs1."
-ENV_KEY = "BASTION_STATE_KEY"
-MIN_KEY_BYTES = 32
-DEFAULT_TTL_S = 600.0
 # Fields of a retried request that change between rounds; everything else must be the original request. They are
 # also the fields bastion rebuilds for the upstream rather than copies (its envelope and the per-round fields).
 ROUND_FIELDS = frozenset({"_meta", "inputResponses", "requestState"})
@@ -49,34 +46,6 @@ class InvalidRequestState(InvalidParams):
     def __init__(self, reason: str) -> None:
         super().__init__(f"Invalid requestState: {reason}; start the request again without it",
                          http_status=400, log_detail=reason)
-
-
-@dataclass(frozen=True, slots=True)
-class StateConfig:
-    """``key``: raw bytes (from config or env; ``None`` means a random per-process key). ``ttl_s``: how long a
-    client has to answer the input requests and retry."""
-
-    key: bytes | None = field(default=None, repr=False)  # a secret: never in logs or reprs
-    ttl_s: float = DEFAULT_TTL_S
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None, path: str = "sessions",
-                     environ: Mapping[str, str] | None = None) -> StateConfig:
-        """Parse ``state_key`` and ``state_ttl`` (seconds) from the sessions section; other keys are the
-        section owner's. ``BASTION_STATE_KEY`` in the environment applies when the file sets no key."""
-        data = data or {}
-        env = os.environ if environ is None else environ
-        raw = data.get("state_key", env.get(ENV_KEY))
-        key: bytes | None = None
-        if raw is not None:
-            if not isinstance(raw, str) or len(raw.encode("utf-8")) < MIN_KEY_BYTES:
-                raise ConfigError(f"state_key must be a string of at least {MIN_KEY_BYTES} bytes "
-                                  "(e.g. `openssl rand -hex 32`)", path=f"{path}.state_key")
-            key = raw.encode("utf-8")
-        ttl = data.get("state_ttl", DEFAULT_TTL_S)
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 1 <= ttl <= 86_400:
-            raise ConfigError("state_ttl must be a number of seconds between 1 and 86400", path=f"{path}.state_ttl")
-        return cls(key=key, ttl_s=float(ttl))
 
 
 @dataclass(frozen=True, slots=True)

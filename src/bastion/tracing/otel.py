@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -33,11 +33,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from bastion import __version__
-from bastion.tracing import _NULL, _Same
+from bastion.call import CallContext, CallRecord
+from bastion.tracing.base import NULL, Same
 from bastion.tracing.config import TracingConfig
-
-if TYPE_CHECKING:
-    from bastion.pipeline import CallContext, CallRecord
 
 __all__ = ["OtelTracing"]
 
@@ -118,7 +116,7 @@ class OtelTracing:
         # An unsampled request's children would be unsampled too (the sampler is parent-based): skip making them.
         # This is what keeps a 1% sample ratio close to tracing off.
         if not trace.get_current_span().is_recording():
-            return _NULL
+            return NULL
         return self._stage(name)
 
     @contextmanager
@@ -139,7 +137,7 @@ class OtelTracing:
                 params: dict[str, Any]) -> AbstractContextManager[dict[str, Any]]:
         if not trace.get_current_span().is_recording():
             # Unsampled: no client span, but the upstream still joins the trace (with the sampled flag off).
-            return _Same(self._with_context(params))
+            return Same(self._with_context(params))
         return self._forward(upstream, method, params)
 
     def _with_context(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -22,11 +22,13 @@ from typing import Any
 from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft201909Validator, Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
+from jsonschema_specifications import REGISTRY as SPECIFICATIONS  # type: ignore[import-untyped]
 from referencing import Registry, Resource, Specification
 from referencing.exceptions import NoSuchResource
 from referencing.jsonschema import DRAFT4, DRAFT6, DRAFT7, DRAFT201909, DRAFT202012
 
 from bastion.validation.formats import build_format_checker
+from bastion.validation.metaschema import compile_metaschema
 from bastion.validation.regex import compile_pattern
 
 Keyword = Callable[[Any, Any, Any, Any], Any]
@@ -69,6 +71,9 @@ def _refuse(uri: str) -> Resource[Any]:
 
 
 REFUSING_REGISTRY: Registry[Any] = Registry(retrieve=_refuse)  # type: ignore[call-arg]
+# What a validator built with ``registry=REFUSING_REGISTRY`` resolves against (jsonschema adds the metaschemas),
+# combined once instead of once per validator.
+ROOTED_REGISTRY: Registry[Any] = SPECIFICATIONS.combine(REFUSING_REGISTRY)
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
@@ -192,6 +197,9 @@ class Dialect:
     specification: Specification[Any]
     # Whether unevaluatedProperties exists in this dialect; jsonschema evaluates its patternProperties with ``re``.
     has_unevaluated: bool
+    # The metaschema compiled to a predicate (``metaschema.py``): True means ``check_schema`` would pass; anything
+    # else, or None (not compiled), means ask ``check_schema``.
+    valid_schema: Callable[[Any], bool] | None = None
 
 
 def _dialects() -> dict[str, Dialect]:
@@ -202,7 +210,11 @@ def _dialects() -> dict[str, Dialect]:
         ("json-schema.org/draft-06/schema", "draft-06", Draft6Validator, DRAFT6, False),
         ("json-schema.org/draft-04/schema", "draft-04", Draft4Validator, DRAFT4, False),
     ]
-    return {key: Dialect(name, _safe_class(base), spec, unevaluated) for key, name, base, spec, unevaluated in table}
+    dialects = {}
+    for key, name, base, spec, unevaluated in table:
+        safe = _safe_class(base)
+        dialects[key] = Dialect(name, safe, spec, unevaluated, compile_metaschema(safe))
+    return dialects
 
 
 DIALECTS: Mapping[str, Dialect] = _dialects()

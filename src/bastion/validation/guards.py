@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import structlog
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import ToolError
-from bastion.pipeline import CallContext, CallRecord
+from bastion.outcome import Outcome
 from bastion.tool import ToolEntry
 from bastion.validation.compile import ToolValidators
 from bastion.validation.metrics import NoMetrics, ValidationMetrics
@@ -20,6 +21,18 @@ OutputMode = Literal["strict", "warn", "off"]
 log = structlog.get_logger("bastion.validation")
 
 _MISSING_STRUCTURED = "$: missing structuredContent required by the tool's outputSchema"
+
+
+class InvalidArguments(ToolError):
+    """The call's arguments do not match the tool's ``inputSchema`` (or it has none that could be compiled)."""
+
+    outcome: ClassVar[Outcome | None] = "invalid_input"
+
+
+class OutputRejected(ToolError):
+    """The tool's result does not match its ``outputSchema`` (``strict``): withheld."""
+
+    outcome: ClassVar[Outcome | None] = "invalid_output"
 
 
 def _listing(report: Report) -> str:
@@ -49,8 +62,8 @@ class InputSchemaGuard:
             record.decision = "deny"
             record.reason = "schema_unavailable"
             self._metrics.validated("input", tool.upstream, tool.original_name, "reject")
-            raise ToolError(f"Tool {tool.public_name} is unavailable: its schema could not be validated",
-                            log_detail="no compiled validators for this tool (quarantined or not compiled)")
+            raise InvalidArguments(f"Tool {tool.public_name} is unavailable: its schema could not be validated",
+                                   log_detail="no compiled validators for this tool (quarantined or not compiled)")
         report = validators.input.validate(ctx.arguments)
         if report.ok:
             self._metrics.validated("input", tool.upstream, tool.original_name, "pass")
@@ -61,8 +74,8 @@ class InputSchemaGuard:
         self._metrics.validated("input", tool.upstream, tool.original_name, "reject")
         log.info("validation.input_rejected", upstream=tool.upstream, tool=tool.original_name,
                  violations=list(report.violations))
-        raise ToolError(f"Invalid arguments for tool {tool.public_name}: {_listing(report)}",
-                        structured={"violations": list(report.violations)})
+        raise InvalidArguments(f"Invalid arguments for tool {tool.public_name}: {_listing(report)}",
+                               structured={"violations": list(report.violations)})
 
 
 class OutputSchemaGuard:
@@ -108,6 +121,6 @@ class OutputSchemaGuard:
         self._metrics.validated("output", tool.upstream, tool.original_name, "reject")
         log.warning("validation.output_withheld", upstream=tool.upstream, tool=tool.original_name,
                     violations=list(report.violations))
-        raise ToolError(f"Tool {tool.public_name} returned a result that does not match its output schema; "
-                        f"the result was withheld: {_listing(report)}",
-                        structured={"violations": list(report.violations)})
+        raise OutputRejected(f"Tool {tool.public_name} returned a result that does not match its output schema; "
+                             f"the result was withheld: {_listing(report)}",
+                             structured={"violations": list(report.violations)})

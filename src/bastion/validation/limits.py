@@ -57,17 +57,26 @@ def json_size(value: Any, *, max_bytes: int, max_depth: int) -> int | Excess:
     bound itself)."""
     size = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
+        item, depth = pop()
+        # Exact types first: parsed JSON is plain dicts, lists and scalars, and an ABC isinstance check costs
+        # several times a type comparison (this runs on every call's arguments and every catalogue schema).
+        kind = type(item)
+        if kind is str:
+            size += len(item) + 2 if item.isascii() else len(item.encode("utf-8", "surrogatepass")) + 2
+        elif kind is dict or (kind is not list and kind is not tuple and isinstance(item, Mapping)):
             depth += 1
             if depth > max_depth:
                 return Excess("depth", max_depth)
             size += 2 + len(item)
             for key, child in item.items():
-                size += _string_bytes(key) + 1 if isinstance(key, str) else _FLOAT_BYTES
-                stack.append((child, depth))
-        elif isinstance(item, list | tuple):
+                if type(key) is str:
+                    size += (len(key) + 2 if key.isascii() else len(key.encode("utf-8", "surrogatepass")) + 2) + 1
+                else:
+                    size += _string_bytes(key) + 1 if isinstance(key, str) else _FLOAT_BYTES
+                push((child, depth))
+        elif kind is list or kind is tuple or isinstance(item, list | tuple):
             depth += 1
             if depth > max_depth:
                 return Excess("depth", max_depth)

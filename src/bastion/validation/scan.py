@@ -7,7 +7,7 @@ RE2 cannot run, a keyword combination jsonschema would evaluate with Python's ba
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from referencing._core import Resolver
 
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+# Every key the walk reacts to or that changes how it resolves (``referencing``'s ids and anchors per dialect).
+_SCAN_KEYS = frozenset({*_REF_KEYWORDS, "pattern", "patternProperties", "$id", "$anchor", "$dynamicAnchor",
+                        "$recursiveAnchor"})
+_SCAN_KEYS_LEGACY = _SCAN_KEYS | {"id"}  # draft-04 spells $id without the dollar
+SCAN_KEYS = _SCAN_KEYS_LEGACY  # every key ``scan`` may look for, whatever the dialect
 _MAX_REF_CHARS = 80
 
 
@@ -36,8 +41,14 @@ class Scan:
     patterns: Mapping[str, Any]
 
 
-def scan(schema: Mapping[str, Any], dialect: Dialect) -> Scan:
-    """Check ``schema`` (already within size and depth limits) and compile its patterns; raise ``UnsafeSchema``."""
+def scan(schema: Mapping[str, Any], dialect: Dialect, *, keys: Set[str] | None = None) -> Scan:
+    """Check ``schema`` (already within size and depth limits) and compile its patterns; raise ``UnsafeSchema``.
+    ``keys``: which of ``SCAN_KEYS`` appear anywhere in ``schema`` as mapping keys, when the caller knows."""
+    relevant = _SCAN_KEYS_LEGACY if dialect.name == "draft-04" else _SCAN_KEYS
+    if (relevant.isdisjoint(keys) if keys is not None else not _mentions_any(schema, relevant)):
+        # Nothing the walk looks for (references, patterns) nor anything that moves its base URI (ids, anchors)
+        # appears anywhere, even as a property name: the walk would find nothing, so skip building the registry.
+        return Scan(patterns={})
     resource = dialect.specification.create_resource(schema)
     root = resource.id() or ""
     registry = REFUSING_REGISTRY.with_resource(root, resource).crawl()
@@ -90,6 +101,24 @@ def _compile_into(patterns: dict[str, Any], pattern: str) -> None:
     except UnsupportedPattern as exc:
         raise UnsafeSchema(f"pattern {describe(pattern)} is not supported by the linear-time regex engine "
                            "(backreferences and lookaround are not allowed)") from exc
+
+
+def _mentions_any(value: Any, keys: frozenset[str]) -> bool:
+    """Whether any of ``keys`` appears as a mapping key anywhere in ``value`` (a safe over-approximation)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not keys.isdisjoint(item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, Mapping):
+            if any(key in item for key in keys):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _mentions(value: Any, key: str) -> bool:

@@ -1,8 +1,9 @@
 """The ``quarantine`` request guard: tools bastion refuses whatever the policy says.
 
-A tool is quarantined when its schema is hostile or invalid, or when its pinned definition changed and no admin
-approved the change. Quarantined tools are hidden from lists already; this guard makes calls agree, answering
-exactly like an unknown tool. It reads the current view's quarantine map, so it costs no I/O per call.
+A tool is quarantined when its schema is hostile or invalid, when its pinned definition changed and no admin
+approved the change (``PinTools``), or when the sanitizer blocked its definition. Quarantined tools are hidden
+from lists already; this guard makes calls agree, answering exactly like an unknown tool. It reads the current
+view's quarantine map, so it costs no I/O per call.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 
+from bastion.call import CallContext, CallRecord
 from bastion.errors import UnknownTool
-from bastion.pipeline import CallContext, CallRecord
 
 
 class QuarantineGuard:

@@ -1,0 +1,369 @@
+"""``build(settings)``: every part of a running gateway, constructed once, in one place, in dependency order.
+
+Each object receives its collaborators in its constructor and nothing is assigned onto it afterwards, so reading
+a constructor says what an object needs. The order follows the dependencies, and the few loops between parts
+are broken by small objects built before both sides:
+
+1. shared clients (httpx, Redis) and metrics;
+2. audit (the log and ``AuditEvents``, which every later part writes through), the policy and its watcher;
+3. sessions (stores and the sweeper), the rate limiter, flows and approvals;
+4. the upstreams (not connected yet), the refresh requests (``refresh_gate.RefreshRequests``: the pool's inbox,
+   which the pin re-check and the pin watcher write to without needing the pool) and the change feed
+   (``changes.ChangeFeed``: what the front door announces, which it subscribes to without the core needing it);
+5. the view steps and the ``ViewPublisher`` that runs them (the catalogue state the guards read);
+6. the guard list (``guard_list``) and the pipeline with its tracing;
+7. the broadcast of upstream notifications, the pool (which publishes through the view publisher and builds the
+   health monitor it probes for), and the ``Gateway`` over all of them;
+8. the front door (authentication, dispatcher, MCP endpoint, HTTP protocol) and the admin console.
+
+Nothing here does I/O or starts a task: ``bastion.app`` starts and stops what this builds, in its lifespan.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import httpx
+import redis.asyncio as aioredis
+import structlog
+
+from bastion.access import AccessControl, AllowAll
+from bastion.admin import AdminConfig, AdminConsole, AdminSources, build_console, known_principals
+from bastion.approvals import ApprovalsConfig, ApprovalService
+from bastion.approvals.guard import ApprovalGuard
+from bastion.approvals.store import ApprovalStore, MemoryApprovalStore, RedisApprovalStore
+from bastion.audit import AuditCatalogueDrops, AuditConfig, AuditEvents, AuditLog, CallAuditor, build_audit_log
+from bastion.auth import build_authenticator
+from bastion.auth.config import AuthConfig
+from bastion.broadcast import UpstreamBroadcast
+from bastion.call import AuditHook
+from bastion.changes import ChangeFeed
+from bastion.errors import AuthenticationError
+from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore
+from bastion.gateway import Gateway
+from bastion.guard_list import guard_list
+from bastion.health import Health, HealthConfig, HealthMonitor
+from bastion.metrics import Metrics
+from bastion.pinning import (
+    Pinning,
+    PinningConfig,
+    PinRecheck,
+    PinStore,
+    PinTools,
+    PinWatcher,
+    RedisPinStore,
+    open_store,
+    watch_store,
+)
+from bastion.pinning.service import StoreState
+from bastion.pipeline import Pipeline
+from bastion.policy import PolicySet, load_policies
+from bastion.policy.guard import PolicyAccess, PolicyHolder
+from bastion.policy.watch import PolicyWatcher
+from bastion.pool import Member, UpstreamPool
+from bastion.principal import Principal
+from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
+from bastion.redisconn import ADMIN, RedisClients, open_client
+from bastion.refresh_gate import RefreshRequests
+from bastion.sanitize import SanitizeConfig, SanitizeDefinitions, UpstreamTextCleaner
+from bastion.server.dispatch import Dispatcher
+from bastion.server.http import McpEndpoint
+from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
+from bastion.server.redis_sessions import RedisSessionStore
+from bastion.server.refusals import RefusalReporter
+from bastion.server.session_cache import CachedSessionStore
+from bastion.server.session_fallback import FallbackSessionStore
+from bastion.server.session_sweep import IndexedRedisSessions, SessionSweeper, SweptStore
+from bastion.server.sessions import LiveSessions, MemorySessionStore, SessionData, SessionStore
+from bastion.server.state import StateSealer
+from bastion.settings import Settings
+from bastion.tracing import Tracing, build_tracing
+from bastion.upstream.config import build_upstream
+from bastion.validation import CompileSchemas, ValidationConfig
+from bastion.view import ViewPublisher, ViewStep
+
+log = structlog.get_logger("bastion.app")
+
+# Checks a request's credentials: (headers, remote address) -> the principal, or AuthenticationError.
+Authenticate = Callable[[Mapping[str, str], str | None], Awaitable[Principal]]
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """Every part of the running gateway; the lifespan starts and stops them, the routes read them.
+
+    Exposed on ``app.state.bastion`` for tests and the admin endpoints.
+    """
+
+    settings: Settings
+    started_at: float
+    http: httpx.AsyncClient
+    redis_clients: RedisClients | None
+    metrics: Metrics
+    audit_log: AuditLog
+    events: AuditEvents
+    policy_watcher: PolicyWatcher | None
+    sessions: SweptStore
+    sweeper: SessionSweeper
+    limiter: Limiter
+    approvals: ApprovalService
+    approvals_config: ApprovalsConfig
+    pin_watcher: PinWatcher | None
+    tracing: Tracing
+    monitor: HealthMonitor
+    pool: UpstreamPool
+    gateway: Gateway
+    auth_config: AuthConfig
+    authenticate: Authenticate
+    endpoint: McpEndpoint
+    # The HTTP protocol class for uvicorn (``http=``): the listen limits, reporting refusals as the app does.
+    http_protocol: type[FrontDoorProtocol]
+    # The admin console (``admin:``), on its own listener; None when not configured.
+    admin: AdminConsole | None
+
+    @property
+    def redis(self) -> aioredis.Redis | None:
+        """The shared Redis client (sessions, audit streams, flows…); None without ``redis_url``."""
+        return self.redis_clients.shared if self.redis_clients is not None else None
+
+
+def build(settings: Settings) -> Components:
+    started_at = time.time()
+    http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
+                             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+                             follow_redirects=False)
+    limits_cfg: RateLimitConfig = settings.section("rate_limits")
+    # Every Redis client comes from one factory, with the retry and health-check options its use needs.
+    redis_clients = RedisClients.open(settings.redis_url, limiter_timeout_s=limits_cfg.timeout_s) \
+        if settings.redis_url else None
+    redis_client = redis_clients.shared if redis_clients is not None else None
+    metrics = Metrics()
+
+    audit_cfg: AuditConfig = settings.section("audit")
+    audit_log = build_audit_log(audit_cfg, redis_client, on_sink_failure=metrics.audit_sink_failed)
+    events = AuditEvents(audit_log.emit)
+    holder, watcher = _policy(settings, events, metrics)
+    store, sweeper, session_count = _sessions(settings, redis_client, events, metrics)
+    # Lists, calls and relayed notifications all ask the same access policy.
+    access: AccessControl = PolicyAccess(holder) if holder is not None else AllowAll()
+    limiter = _limiter(limits_cfg, redis_clients, metrics)
+
+    # Flow contexts: in Redis when there is one, so every replica decides on the same history.
+    flow_store: FlowStore = RedisFlowStore(redis_client) if redis_client is not None else MemoryFlowStore()
+    approvals_cfg: ApprovalsConfig = settings.section("approvals") or ApprovalsConfig()
+    approval_store: ApprovalStore = RedisApprovalStore(redis_client, open_client(settings.redis_url, ADMIN)) \
+        if redis_client is not None and settings.redis_url else MemoryApprovalStore()
+    approvals = ApprovalService(approvals_cfg, approval_store)
+
+    members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response), prefix=cfg.prefix,
+                      timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
+    requests = RefreshRequests()
+    changes = ChangeFeed()
+
+    validation_cfg: ValidationConfig = settings.section("validation")
+    sanitize_cfg: SanitizeConfig = settings.section("sanitize")
+    # Schemas compile from what the upstream sent; definitions are sanitized for clients after that.
+    steps: list[ViewStep] = [CompileSchemas(validation_cfg, metrics), SanitizeDefinitions(sanitize_cfg, events)]
+    pinning_cfg: PinningConfig = settings.section("pinning")
+    pin_watcher: PinWatcher | None = None
+    pinning: Pinning | None = None
+    if pinning_cfg.enabled:
+        pin_store = open_store(pinning_cfg, redis_client)
+        pinning = Pinning(pin_store, pinning_cfg, on_store=_pin_store_metrics(metrics, pin_store))
+        steps.append(PinTools(pinning, events, on_degraded=PinRecheck(requests)))
+        # An admin's approval (CLI, another replica) applies at once: republish from the lists already fetched.
+        pin_watcher = watch_store(pin_store, requests.republish_soon)
+    # Last: it audits what every step before it dropped or quarantined.
+    steps.append(AuditCatalogueDrops(events))
+    views = ViewPublisher([m.upstream for m in members], steps, changes, separator=settings.catalogue.separator,
+                          on_collision=settings.catalogue.on_collision)
+
+    request_guards, response_guards = guard_list(
+        lambda: views.view, requests.gate, settings.catalogue.gate_timeout_s, holder, limiter, limits_cfg,
+        validation_cfg, sanitize_cfg, flow_store, ApprovalGuard(approvals, on_outcome=metrics.approval_outcome))
+    auditor = CallAuditor(audit_log, metrics=metrics)
+    audit_hook: AuditHook = auditor if holder is None else \
+        FlowRecorder(auditor, lambda: holder.current, flow_store)
+    # Off unless configured: then a no-op that never imports the OpenTelemetry SDK.
+    tracing = build_tracing(settings.section("tracing"), os.environ)
+    pipeline = Pipeline(request_guards, response_guards, audit_hook, tracing=tracing)
+
+    health_cfg: HealthConfig = settings.section("health")
+    restarts: dict[str, int] = {}
+
+    def health_changed(name: str, old: Health, new: Health) -> None:
+        metrics.upstream_health(name, new.state, previous=old.state)
+        if new.state == "restarting":
+            restarts[name] = restarts.get(name, 0) + 1  # for the admin console's overview
+
+    cleaner = UpstreamTextCleaner(sanitize_cfg)
+    live = LiveSessions(settings.sessions.idle_timeout_s)
+    broadcast = UpstreamBroadcast({u.name: u.prefix for u in settings.upstreams}, live, lambda: views.view,
+                          access, cleaner.clean_notification, changes)
+    pool = UpstreamPool(members, views.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
+                        refresh_interval_s=settings.catalogue.refresh_interval_s or None, on_event=broadcast,
+                        limits=settings.catalogue.limits, on_limit=events.catalogue_limit, health=health_cfg,
+                        on_health=health_changed, on_hidden=views.set_unavailable,
+                        on_refresh=metrics.catalogue_refreshed, requests=requests)
+    monitor = pool.monitor
+    metrics.declare_upstreams([m.upstream.name for m in members])
+    for member in members:
+        metrics.upstream_health(member.upstream.name, monitor.status(member.upstream.name).state)
+    gateway = Gateway(settings, store=store, live=live, views=views, pool=pool, pipeline=pipeline, changes=changes,
+                      access=access, cleaner=cleaner, emit_audit=events.emit, tracing=tracing)
+
+    auth_cfg: AuthConfig = settings.section("auth")
+    authenticator = build_authenticator(auth_cfg, http)
+
+    async def on_session(event: str, data: SessionData, principal: Principal) -> None:
+        if event == "session.start":
+            metrics.session_opened()
+            await events.session_started(data.id, era="legacy", principal=principal, client_info=data.client_info,
+                                         protocol_version=data.protocol_version)
+        else:
+            metrics.session_closed()
+            await events.session_ended(data.id, era="legacy", principal=principal, client_info=data.client_info,
+                                       protocol_version=data.protocol_version, reason="deleted")
+
+    async def authenticate(headers: Mapping[str, str], remote_addr: str | None) -> Principal:
+        try:
+            return await authenticator.authenticate(headers)
+        except AuthenticationError as exc:
+            log.info("auth.failure", detail=exc.log_detail)
+            await events.auth_failed(exc.log_detail, method="bearer", remote_addr=remote_addr,
+                                     traceparent=headers.get("traceparent"))
+            raise
+
+    listen = settings.listen
+    refusals = RefusalReporter(count=metrics.http_refused, emit_soon=events.soon, burst=listen.refusal_audit_burst,
+                               per_minute=listen.refusal_audit_per_minute)
+    endpoint = McpEndpoint(gateway, Dispatcher(gateway, StateSealer(settings.sessions.state)), authenticate,
+                           on_session=on_session, on_refused=refusals.report)
+    http_protocol = front_door_protocol(FrontDoorOptions(
+        max_header_bytes=listen.max_header_bytes, max_headers=listen.max_headers,
+        max_target_bytes=listen.max_target_bytes, request_timeout_s=listen.request_timeout_s,
+        report=refusals.report))
+
+    admin_cfg: AdminConfig = settings.section("admin")
+    admin = build_console(admin_cfg, AdminSources(
+        gateway=gateway, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
+        auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
+        approvals=approvals, principals=known_principals(auth_cfg), sessions=lambda: session_count.get("n"),
+        started_at=started_at, restarts=restarts)) \
+        if admin_cfg.enabled else None
+
+    return Components(
+        settings=settings, started_at=started_at, http=http, redis_clients=redis_clients, metrics=metrics,
+        audit_log=audit_log, events=events, policy_watcher=watcher, sessions=store, sweeper=sweeper, limiter=limiter,
+        approvals=approvals, approvals_config=approvals_cfg, pin_watcher=pin_watcher, tracing=tracing,
+        monitor=monitor, pool=pool, gateway=gateway, auth_config=auth_cfg, authenticate=authenticate,
+        endpoint=endpoint, http_protocol=http_protocol, admin=admin)
+
+
+def _policy(settings: Settings, events: AuditEvents,
+            metrics: Metrics) -> tuple[PolicyHolder | None, PolicyWatcher | None]:
+    """The policy in force and its watcher; fails hard at start-up, since a gateway must never serve with a
+    policy it could not read. Reloads, applied or rejected, are counted and audited."""
+    if not settings.policies:
+        log.warning("policy.disabled", detail="no 'policies' configured: every authenticated principal may call "
+                    "every tool")
+        return None, None
+    holder = PolicyHolder(load_policies(settings.policies))
+
+    def reloaded(policy: PolicySet) -> None:
+        holder.swap(policy)
+        metrics.policy_reloaded("applied")
+        events.policy_reloaded_soon("applied", source=",".join(policy.files), digest=policy.version,
+                                    rules=len(policy.rules))
+
+    def rejected(error: str) -> None:
+        metrics.policy_reloaded("rejected")
+        events.policy_reloaded_soon("rejected", source=",".join(str(p) for p in settings.policies), error=error,
+                                    digest=holder.current.version)
+
+    log.info("policy.loaded", version=holder.current.version, files=list(holder.current.files))
+    return holder, PolicyWatcher(settings.policies, reloaded, initial=holder.current, on_failure=rejected)
+
+
+def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: AuditEvents,
+              metrics: Metrics) -> tuple[SweptStore, SessionSweeper, dict[str, int]]:
+    """The session store (with Redis, sessions live there so any replica can serve any session; without, in this
+    process), its sweeper, and the sweeper's last count (for the admin console's overview)."""
+    cfg = settings.sessions
+
+    def session_expired(data: SessionData) -> None:
+        # Found by the sweeper (or on access): the end of the session is audited and leaves the gauge.
+        metrics.session_closed()
+        events.session_ended_soon(data.id, era="legacy", principal=None, client_info=data.client_info,
+                                  protocol_version=data.protocol_version or None, reason="expired",
+                                  created_at=data.created_at)
+
+    async def session_shut_down(data: SessionData) -> None:
+        metrics.session_closed()
+        await events.session_ended(data.id, era="legacy", principal=None, client_info=data.client_info,
+                                   protocol_version=data.protocol_version or None, reason="shutdown",
+                                   created_at=data.created_at)
+
+    store: SweptStore = _redis_sessions(settings, redis_client, metrics, session_expired) \
+        if redis_client is not None else \
+        MemorySessionStore(cfg.idle_timeout_s, cfg.max_sessions, on_expired=session_expired)
+    if redis_client is not None:
+        metrics.set_redis_up("sessions", True)  # until an outage says otherwise (the store starts optimistic)
+    session_count: dict[str, int] = {}
+
+    def count_sessions(n: int) -> None:
+        session_count["n"] = n
+        metrics.set_active_sessions(n)
+
+    return store, SessionSweeper(store, cfg.sweep_interval_s, on_count=count_sessions,
+                                 on_shutdown=session_shut_down), session_count
+
+
+def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: Metrics,
+                    on_expired: Callable[[SessionData], None]) -> IndexedRedisSessions:
+    """The Redis session store, layered: index (expiries claimed once) > cache > fallback > Redis."""
+    cfg = settings.sessions
+    # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
+    # server/session_fallback.py for the trade-off).
+    fallback = FallbackSessionStore(
+        RedisSessionStore(redis_client, idle_timeout_s=cfg.idle_timeout_s),
+        idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, on_event=metrics.session_fallback)
+    # In front of it, the sessions Redis confirmed within ``sessions.cache`` are served without a round trip, their
+    # touches written behind (server/session_cache.py: a DELETE through another replica takes effect here within
+    # that time).
+    store: SessionStore = fallback if cfg.cache_s <= 0 else CachedSessionStore(
+        fallback, idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, trust_s=cfg.cache_s)
+    # The index around it all lets expiries be seen and claimed.
+    return IndexedRedisSessions(store, redis_client, on_expired=on_expired)
+
+
+def _limiter(cfg: RateLimitConfig, redis_clients: RedisClients | None, metrics: Metrics) -> Limiter:
+    # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
+    # be wrong for sessions or audit streams.
+    limiter_redis = redis_clients.limiter if redis_clients is not None else None
+
+    def on_limiter_event(event: LimiterEvent, limit: str | None) -> None:
+        if event in ("redis_unavailable", "redis_recovered"):
+            metrics.set_limiter_redis_up(event == "redis_recovered")
+
+    limiter = build_limiter(cfg, limiter_redis, on_event=on_limiter_event)
+    if limiter_redis is not None:
+        metrics.set_limiter_redis_up(True)  # the limiter starts healthy; its events move the gauge from here
+    return limiter
+
+
+def _pin_store_metrics(metrics: Metrics, store: PinStore) -> Callable[[StoreState], None]:
+    redis_backed = isinstance(store, RedisPinStore)
+    if redis_backed:
+        metrics.set_redis_up("pins", True)
+
+    def on_store(state: StoreState) -> None:
+        if state != "ok":
+            metrics.pin_store_failed(state)
+        if redis_backed:
+            metrics.set_redis_up("pins", state == "ok")
+
+    return on_store

@@ -1,0 +1,105 @@
+"""The pass every string bastion sanitizes goes through: clean, redact, scan for injection, then truncate.
+
+``StringSanitizer`` is all a walk over an arbitrary shape needs (``walk.Walker`` calls it for every string it
+visits); ``result.Sanitizer`` adds the passes over results, content blocks and free JSON on top. Kept apart so that
+the walker and the result passes, which use each other, both stand on this one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bastion.sanitize.config import EffectiveSanitizePolicy
+from bastion.sanitize.report import SanitizeReport
+from bastion.sanitize.text import clean_text
+
+__all__ = ["MAX_DEPTH", "StringSanitizer", "truncate_utf8", "truncation_marker"]
+
+MAX_DEPTH = 64
+
+
+def truncation_marker(omitted: int) -> str:
+    return f"…[truncated by bastion: {omitted} bytes omitted]"
+
+
+def truncate_utf8(text: str, limit: int) -> tuple[str, int]:
+    """Cut ``text`` to at most ``limit`` UTF-8 bytes on a character boundary; returns (text, bytes omitted)."""
+    if len(text) * 4 <= limit:
+        return text, 0
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return text, 0
+    kept = raw[:limit].decode("utf-8", "ignore")
+    return kept, len(raw) - len(kept.encode("utf-8"))
+
+
+class StringSanitizer:
+    """The policy, the report it fills, and whether a prescan ruled the pattern passes out for this walk."""
+
+    def __init__(self, policy: EffectiveSanitizePolicy, report: SanitizeReport | None = None) -> None:
+        self.policy = policy
+        self.report = report if report is not None else SanitizeReport()
+        # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
+        self._patterns = True
+
+    def string(self, value: str, limit: int | None = None, where: str | None = None) -> str:
+        """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen)."""
+        cleaned = clean_text(value)
+        text = cleaned.text
+        if cleaned.counts:
+            self.report.add(cleaned.counts, where)
+            self.report.add(self.policy.detector.hidden(value, cleaned.counts), where)
+        if self._patterns:
+            text, counts = self.policy.redactor.redact(text)
+            if counts:
+                self.report.add(counts, where)
+            text, counts = self.policy.detector.apply(text, self.policy.injection)
+            if counts:
+                self.report.add(counts, where)
+        if limit is not None:
+            text, omitted = truncate_utf8(text, limit)
+            if omitted:
+                self.report.bump("truncated", where)
+                text += truncation_marker(omitted)
+        return text
+
+    @property
+    def patterns(self) -> bool:
+        """False while a prescan found that no secret rule or injection pattern can match."""
+        return self._patterns
+
+    def prescan(self, value: Any) -> str | None:
+        """One RE2 pass per pattern set over all strings of ``value`` (see ``Sanitizer.json_tree``); lasts for this
+        walk. Returns the strings joined as scanned, or None when ``value`` was too deep to collect whole."""
+        strings: list[str] = []
+        if not _collect(value, strings, 0):
+            self._patterns = True  # not every string was seen: scan each one as it is walked
+            return None
+        joined = "\n\x00\n".join(strings)
+        self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+        return joined
+
+
+def _collect(value: Any, out: list[str], depth: int) -> bool:
+    """Append every string and key of ``value``; False when it is nested too deep to collect whole."""
+    if isinstance(value, str):
+        out.append(value)
+    elif depth > 2 * MAX_DEPTH:
+        return False
+    elif isinstance(value, dict):
+        append = out.append
+        for key, item in value.items():
+            if isinstance(key, str):
+                append(key)
+            # A string member is appended here rather than in a call of its own (most members are strings).
+            if type(item) is str:
+                append(item)
+            elif not _collect(item, out, depth + 1):
+                return False
+    elif isinstance(value, list):
+        for item in value:
+            if type(item) is str:
+                out.append(item)
+            elif not _collect(item, out, depth + 1):
+                return False
+    return True
