@@ -22,6 +22,7 @@ from starlette.routing import Route
 from bastion.approvals.http import approval_routes
 from bastion.assembly import Components, build
 from bastion.auth import metadata_paths, protected_resource_metadata
+from bastion.server.asgi import GatewayApp
 from bastion.server.session_sweep import IndexedRedisSessions
 from bastion.settings import Settings
 
@@ -30,7 +31,8 @@ log = structlog.get_logger("bastion.app")
 
 def create_app(settings: Settings) -> Starlette:
     parts = build(settings)
-    app = Starlette(routes=_routes(parts), lifespan=_lifespan(parts))
+    app = GatewayApp(routes=_routes(parts), lifespan=_lifespan(parts), mcp_path=settings.listen.path,
+                     mcp_endpoint=parts.endpoint)
     app.state.bastion = parts
     return app
 

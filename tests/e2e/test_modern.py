@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,42 @@ def test_listen_stream_acknowledges_first_and_tags_every_message(gw: GatewayProc
 def test_listen_requires_an_event_stream(gw: GatewayProcess) -> None:
     body = modern_body("subscriptions/listen", {"notifications": {"toolsListChanged": True}})
     assert post(gw.url, body, {"Accept": "application/json"}).status_code == 406
+
+
+def test_a_session_unsubscribing_keeps_a_listen_streams_upstream_subscription(tmp_path: Path) -> None:
+    """One upstream subscription serves a legacy session and a 2026-07-28 listen stream of the same replica:
+    the session's resources/unsubscribe must not drop it while the stream still listens; the stream's close
+    does."""
+    record = tmp_path / "upstream.jsonl"
+    process = GatewayProcess({"auth": "none", "upstreams": {
+        "basic": stdio_upstream("tests.fixtures.basic_server", "--record", str(record))}}, tmp_path).start()
+    uri = "basic+memo://readme"
+
+    def seen() -> list[dict[str, Any]]:
+        lines = record.read_text().splitlines() if record.exists() else []
+        return [doc for doc in map(json.loads, lines) if "subscribe" in doc or "unsubscribe" in doc]
+
+    try:
+        legacy = RpcClient(process.url)
+        legacy.initialize()
+        body = modern_body("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
+        headers = {"Accept": ACCEPT, "Content-Type": "application/json",
+                   **request_headers("subscriptions/listen", body["params"], V)}
+        with httpx.Client(timeout=30) as http, http.stream("POST", process.url, content=json.dumps(body),
+                                                           headers=headers) as stream:
+            lines = stream.iter_lines()  # kept: dropping a half-read iterator closes the response
+            ack = json.loads(next(line for line in lines if line.startswith("data:"))[5:])
+            assert ack["params"]["notifications"] == {"resourceSubscriptions": [uri]}
+            assert legacy.request("resources/subscribe", {"uri": uri})["result"] == {}
+            assert legacy.request("resources/unsubscribe", {"uri": uri})["result"] == {}
+            # The listen stream still holds the resource: nothing was unsubscribed upstream.
+            assert seen() == [{"subscribe": "memo://readme"}, {"subscribe": "memo://readme"}]
+        deadline = time.monotonic() + 10
+        while seen()[-1:] != [{"unsubscribe": "memo://readme"}] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # The stream closed and nobody else wants the resource: now it is released upstream, once.
+        assert seen() == [{"subscribe": "memo://readme"}, {"subscribe": "memo://readme"},
+                          {"unsubscribe": "memo://readme"}]
+        legacy.close()
+    finally:
+        process.stop()

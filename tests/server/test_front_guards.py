@@ -10,6 +10,7 @@ import pytest
 from bastion.audit.record import http_refused_record
 from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, Refused
 from bastion.server.guards import (
+    HostCheck,
     check_content_type,
     check_declared_length,
     check_host,
@@ -187,3 +188,51 @@ def test_the_record_is_valid_for_every_reason() -> None:
         assert doc["event"] == "http.refused"
         assert len(doc["detail"]) <= 4096
         assert_valid(doc)
+
+
+# -- remembered Host checks -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("listen", [LOOPBACK, PUBLIC, ListenConfig(allowed_hosts=("mcp.example.com",))])
+@pytest.mark.parametrize("host", ["localhost:8080", "127.0.0.1", "[::1]:8080", "mcp.example.com", "evil.example",
+                                  "127.1", "localhost:1.evil", "", None])
+def test_a_remembering_host_check_decides_as_check_host_every_time(listen: ListenConfig, host: str | None) -> None:
+    check = HostCheck(listen)
+
+    def verdict(fn: Any, *args: Any) -> tuple[int, str, str] | None:
+        try:
+            fn(*args)
+        except Refused as exc:
+            return exc.status, exc.message, exc.reason
+        return None
+
+    expected = verdict(check_host, host, listen)
+    for _ in range(3):  # first judged, then (if accepted) remembered
+        assert verdict(check, host) == expected
+
+
+def test_a_remembering_host_check_remembers_a_bounded_number_of_values() -> None:
+    check = HostCheck(PUBLIC, size=2)
+    for i in range(5):
+        check(f"h{i}.example.com")
+    assert check._accepted == {"h0.example.com", "h1.example.com"}
+    assert refused(check, "h..example.com").status == 400  # a refusal is never remembered
+
+
+# -- header lookups -------------------------------------------------------------------------------------------
+
+
+def test_front_headers_answer_every_lookup_as_starlettes_headers() -> None:
+    from starlette.datastructures import Headers
+
+    from bastion.server.guards import FrontHeaders
+
+    raw = front_headers([(b"Host", b"localhost:8080"), (b"accept", b" application/json "), (b"x-twice", b"one"),
+                         (b"X-Twice", b"two"), (b"traceparent", b"00-ab-cd-01"), (b"x-latin", "é".encode("latin-1"))])
+    fast, plain = FrontHeaders(list(raw)), Headers(raw=list(raw))
+    for key in ("host", "Host", "ACCEPT", "x-twice", "traceparent", "x-latin", "origin", "mcp-session-id"):
+        assert fast.get(key) == plain.get(key), key
+        assert fast.get(key, "fallback") == plain.get(key, "fallback"), key
+        assert (key in fast) == (key in plain)
+    assert fast.raw == plain.raw
+    assert fast.getlist("x-twice") == ["one", "two"]

@@ -45,6 +45,7 @@ from bastion.protocol.messages import (
 )
 from bastion.protocol.versions import LATEST_LEGACY, LEGACY_VERSIONS, SUPPORTED_VERSIONS
 from bastion.server.eras import is_input_required
+from bastion.server.listen import Listeners
 from bastion.server.relay import asker, relay
 from bastion.server.resources import Resources, map_result_uris, public_contents
 from bastion.server.rounds import Rounds, approval_question, approval_round
@@ -80,7 +81,10 @@ class Dispatcher:
         # requestState protection; without a configured key, a random per-process one (single replica only).
         self.sealer = sealer or StateSealer(StateConfig.from_mapping(None))
         self.rounds = Rounds(gateway, self.sealer)
-        self.resources = Resources(gateway, self.rounds.upstream_is_modern)
+        # The 2026-07-28 listen streams of this replica; here because resource subscriptions are shared between
+        # them and the sessions' resources/subscribe (Resources counts both before unsubscribing upstream).
+        self.listeners = Listeners()
+        self.resources = Resources(gateway, self.rounds.upstream_is_modern, self.listeners.wanted_resources)
         self._handlers: dict[str, Handler] = {
             m.PING: self._ping,
             m.TOOLS_LIST: self._tools_list,

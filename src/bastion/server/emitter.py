@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import deque
 from typing import Any, Protocol
 
 from bastion import jsonrpc
@@ -31,17 +32,46 @@ class NullEmitter:
         raise ProtocolError(METHOD_NOT_FOUND, f"the client cannot receive {method} on this request")
 
 
-class StreamEmitter:
-    """Puts messages on one response stream's queue; client answers come back through the live session."""
+class Outbox:
+    """The messages of one call for its response stream, in order; ``None`` ends them.
 
-    def __init__(self, queue: asyncio.Queue[dict[str, Any] | None], live: LiveSession | None,
-                 ids: itertools.count[int]) -> None:
-        self._queue = queue
+    An unbounded ``asyncio.Queue`` with only what the call path uses: one is made for every ``tools/call`` from a
+    client that accepts SSE, and most calls put nothing but their ``None`` in it, so building it must cost
+    little (no locks, no future until somebody waits on an empty box).
+    """
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[dict[str, Any] | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: dict[str, Any] | None) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> dict[str, Any] | None:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
+class StreamEmitter:
+    """Puts messages in one response stream's outbox; client answers come back through the live session."""
+
+    def __init__(self, outbox: Outbox, live: LiveSession | None, ids: itertools.count[int]) -> None:
+        self.outbox = outbox
         self._live = live
         self._ids = ids
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
-        await self._queue.put(jsonrpc.notification(method, params))
+        self.outbox.put_nowait(jsonrpc.notification(method, params))
 
     async def ask(self, method: str, params: dict[str, Any], *, timeout: float) -> dict[str, Any]:
         if self._live is None:
@@ -51,7 +81,7 @@ class StreamEmitter:
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._live.pending[rid] = fut
         try:
-            await self._queue.put(jsonrpc.request(rid, method, params))
+            self.outbox.put_nowait(jsonrpc.request(rid, method, params))
             async with asyncio.timeout(timeout):
                 answer = await fut
         except TimeoutError:

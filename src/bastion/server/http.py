@@ -34,7 +34,7 @@ from functools import cached_property
 
 import structlog
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
@@ -47,15 +47,15 @@ from bastion.protocol.methods import INITIALIZE
 from bastion.server import dispatch as d
 from bastion.server.answer import Answer, http_error_response, json_response
 from bastion.server.guards import (
+    FrontHeaders,
+    HostCheck,
     accepts,
     check_content_type,
     check_declared_length,
-    check_host,
     check_origin,
     front_headers,
 )
 from bastion.server.lifecycle import SessionEvent, SessionLifecycle
-from bastion.server.listen import Listeners
 from bastion.server.modern import ModernDoor, is_modern
 from bastion.server.responder import Responder
 
@@ -79,9 +79,10 @@ class McpEndpoint:
         self.dispatcher = dispatcher
         self.authenticate = authenticate
         self.listen = gateway.settings.listen
+        self._check_host = HostCheck(self.listen)
         self.on_session = on_session
         self._ids = itertools.count(1)
-        self.listeners = Listeners()
+        self.listeners = dispatcher.listeners
         gateway.changes.subscribe(self._announce, self.listeners.resource_updated)
 
     # The rooms behind the door, each built on first use from the collaborators the constructor took.
@@ -102,6 +103,9 @@ class McpEndpoint:
         request = Request(scope, receive)
         try:
             scope["headers"] = front_headers(scope["headers"])
+            # What request.headers would build on first use (starlette caches it in ``_headers``), with cheaper
+            # lookups; should starlette ever rename it, request.headers is simply starlette's own again.
+            request._headers = FrontHeaders(scope["headers"])
             response = await self._serve(request)
         except ClientDisconnect:
             # The client went away before its request was whole (or the protocol's request deadline closed it):
@@ -117,6 +121,11 @@ class McpEndpoint:
             response = http_error_response(exc)
         except ProtocolError as exc:
             response = json_response(jsonrpc.error(None, exc), exc.http_status)
+        except Exception:
+            # A bug. Nothing was sent yet: answer as starlette's error middleware does (the endpoint is served
+            # ahead of it, server/asgi.py), and raise for the server to log and close the connection.
+            await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            raise
         await response(scope, receive, send)
 
     def _refused(self, exc: Refused, scope: AsgiScope) -> None:
@@ -128,7 +137,7 @@ class McpEndpoint:
 
     async def _serve(self, request: Request) -> Response:
         headers = request.headers
-        check_host(headers.get("host"), self.listen)
+        self._check_host(headers.get("host"))
         check_origin(headers.get("origin"), self.listen)
         if request.method == "POST":
             check_content_type(headers.get("content-type"))

@@ -36,7 +36,7 @@ from bastion.protocol.methods import CANCELLED, INITIALIZE, INITIALIZED, list_ch
 from bastion.protocol.versions import BATCH_VERSION, LEGACY_VERSIONS
 from bastion.server.answer import KEEPALIVE_S, SSE_HEADERS, Answer
 from bastion.server.dispatch import Dispatcher, negotiate
-from bastion.server.emitter import NullEmitter
+from bastion.server.emitter import Emitter, NullEmitter
 from bastion.server.responder import Responder
 from bastion.server.scope import Scope
 from bastion.server.sessions import LiveSession, SessionData, new_session_id
@@ -73,10 +73,11 @@ class SessionLifecycle:
                             data={"supported": list(LEGACY_VERSIONS)})
         return data
 
-    def _scope(self, request: Request, principal: Principal, session: SessionData, live: LiveSession) -> Scope:
+    def _scope(self, request: Request, principal: Principal, session: SessionData, live: LiveSession,
+               emitter: Emitter | None = None) -> Scope:
         return Scope(principal=principal, era="legacy", protocol_version=session.protocol_version,
                      client_capabilities=session.client_capabilities, client_info=session.client_info,
-                     emitter=NullEmitter(), session=session, live=live, log_level=session.log_level,
+                     emitter=emitter or NullEmitter(), session=session, live=live, log_level=session.log_level,
                      traceparent=request.headers.get("traceparent"), tracestate=request.headers.get("tracestate"))
 
     # -- POST -----------------------------------------------------------------------------------------------
@@ -104,7 +105,9 @@ class SessionLifecycle:
         live = self.gw.live.get(session.id)
         if msg.kind != "request":
             return (await self._accept(session, live, msg)).response()
-        return await self.responder.respond(self._scope(request, principal, session, live), msg, live, sse_ok)
+        emitter = self.responder.emitter("legacy", msg, live, sse_ok)
+        return await self.responder.respond(self._scope(request, principal, session, live, emitter), msg, live,
+                                            sse_ok)
 
     async def _accept(self, session: SessionData, live: LiveSession, msg: jsonrpc.Message) -> Answer:
         """A notification, or the client's answer to one of bastion's own requests: 202 either way."""

@@ -33,7 +33,7 @@ from bastion.protocol.methods import ACKNOWLEDGED, LISTEN, LOG_LEVELS, TOOLS_CAL
 from bastion.protocol.versions import MODERN_VERSIONS, SUPPORTED_VERSIONS
 from bastion.server.answer import KEEPALIVE_S, SSE_HEADERS, Answer
 from bastion.server.dispatch import Dispatcher
-from bastion.server.emitter import NullEmitter
+from bastion.server.emitter import Emitter
 from bastion.server.headers import check_request_headers
 from bastion.server.listen import Listeners, ListenFilter, Stream, tagged
 from bastion.server.responder import Responder
@@ -61,7 +61,7 @@ class ModernDoor:
 
     async def serve(self, request: Request, principal: Principal, msg: jsonrpc.Message, meta: dict[str, Any],
                     sse_ok: bool) -> Response:
-        admitted = self._admit(request, principal, msg, meta)
+        admitted = self._admit(request, principal, msg, meta, self.responder.emitter("modern", msg, None, sse_ok))
         if isinstance(admitted, Answer):
             return admitted.response()
         if msg.method == LISTEN:
@@ -75,7 +75,7 @@ class ModernDoor:
         return await self.responder.respond(admitted, msg, None, sse_ok)
 
     def _admit(self, request: Request, principal: Principal, msg: jsonrpc.Message,
-               meta: Mapping[str, Any]) -> Scope | Answer:
+               meta: Mapping[str, Any], emitter: Emitter) -> Scope | Answer:
         """The request's ``Scope``, or the answer that ends it here (a refusal, or 202 for a notification)."""
         version = meta.get(PROTOCOL_VERSION_KEY)
         caps = meta.get(CLIENT_CAPABILITIES_KEY)
@@ -100,7 +100,7 @@ class ModernDoor:
         if level is not None and level not in LOG_LEVELS:
             return Answer.error(msg.id, ProtocolError(INVALID_PARAMS, "Invalid log level", http_status=400))
         return Scope(principal=principal, era="modern", protocol_version=str(version), client_capabilities=caps,
-                     client_info=info, emitter=NullEmitter(), log_level=level if isinstance(level, str) else None,
+                     client_info=info, emitter=emitter, log_level=level if isinstance(level, str) else None,
                      traceparent=request.headers.get("traceparent"), tracestate=request.headers.get("tracestate"))
 
     def _input_schema(self, principal: Principal, msg: jsonrpc.Message) -> Any:

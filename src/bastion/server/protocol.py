@@ -26,6 +26,12 @@ idle keep-alive connection           ``keep_alive_timeout`` (5 s, uvicorn's)    
 Every refusal is reported (counted and audited, rate-limited) through ``FrontDoorOptions.report``. After an
 error response the connection is half-closed and what the client still sends is read and dropped for a moment
 ("lingering close", as nginx does), so the client reads the answer instead of a connection reset.
+
+One thing it changes on the way out: uvicorn writes a response's head and its body with one ``write`` each, that
+is two ``send`` system calls and two TCP segments (asyncio sets ``TCP_NODELAY``) for every JSON answer. A response
+that declares its length has its head held back and written together with its body (``_OneWriteCycle``): the same
+bytes, one system call. Streamed responses (no declared length) keep uvicorn's order, so an SSE stream's head
+still leaves at once.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import Any, ClassVar
 
 import httptools
 import structlog
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from bastion import jsonrpc
 from bastion.errors import INVALID_REQUEST, Refused
@@ -67,6 +73,76 @@ class FrontDoorOptions:
     max_target_bytes: int = 8 * 1024
     request_timeout_s: float = 10.0
     report: Report | None = None
+
+
+class _Hold:
+    """Stands in for the transport while uvicorn writes a response head, and keeps what it was given."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+class _Prefixed:
+    """Stands in for the transport from a held head to the first write after it, which carries the head too.
+    A ``close`` before any write (the app failed between head and body) still sends the head first, as uvicorn
+    would have; everything else is passed through."""
+
+    __slots__ = ("head", "transport")
+
+    def __init__(self, transport: asyncio.Transport, head: bytes) -> None:
+        self.transport = transport
+        self.head = head
+
+    def write(self, data: bytes) -> None:
+        head, self.head = self.head, b""
+        self.transport.write(head + data if head else data)
+
+    def close(self) -> None:
+        if self.head:
+            self.write(b"")
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+class _OneWriteCycle(RequestResponseCycle):
+    """uvicorn's request/response cycle, writing a response of declared length with one ``write``.
+
+    uvicorn's own ``send`` still does all the work (header checks, length accounting, keep-alive); only the
+    transport it writes to is swapped, so its bookkeeping cannot drift from what it wrote.
+    """
+
+    async def send(self, message: Any) -> None:
+        transport: Any = self.transport  # uvicorn's transport, or the stand-in holding a head back
+        if isinstance(transport, _Prefixed):
+            try:
+                await super().send(message)
+            finally:
+                if not transport.head:  # written (with the body, or an empty body); else wait for the next write
+                    self.transport = transport.transport
+            return
+        if self.response_started or message["type"] != "http.response.start":
+            await super().send(message)
+            return
+        hold = _Hold()
+        self.transport = hold  # type: ignore[assignment]  # all uvicorn's send uses of it is ``write``
+        try:
+            await super().send(message)
+        finally:
+            self.transport = transport
+        if not hold.data:
+            return  # disconnected: uvicorn wrote nothing either
+        if self.chunked_encoding is False and self.scope["method"] != "HEAD":
+            # A body of declared length follows (starlette's Response sends it next, with nothing in between).
+            self.transport = _Prefixed(transport, hold.data)  # type: ignore[assignment]
+        else:
+            transport.write(hold.data)
 
 
 class _Refusal(Exception):
@@ -205,7 +281,12 @@ class FrontDoorProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._heads_done += 1
+        previous = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not previous and cycle is not None and type(cycle) is RequestResponseCycle:
+            # Before its task first runs (it only reads ``self.send`` then): one write per answer, see above.
+            cycle.__class__ = _OneWriteCycle
         if self.pipeline:
             # Queued behind a response still being written; bastion stopped reading, so the clock is not the
             # client's to beat.

@@ -33,9 +33,12 @@ __all__ = ["Resources", "map_result_uris", "public_contents"]
 
 
 class Resources:
-    def __init__(self, gateway: Gateway, upstream_is_modern: Callable[[str], bool]) -> None:
+    def __init__(self, gateway: Gateway, upstream_is_modern: Callable[[str], bool],
+                 listened: Callable[[], set[str]] = set) -> None:
         self.gw = gateway
         self._upstream_is_modern = upstream_is_modern
+        # The public URIs this replica's open listen streams (2026-07-28) hold upstream subscriptions for.
+        self._listened = listened
 
     def route_visible(self, scope: Scope, uri: object) -> tuple[str, str]:
         """(upstream, original URI) of a public URI this caller may see; else "not found", whichever it was."""
@@ -57,8 +60,8 @@ class Resources:
         upstream, original = self.route_visible(scope, uri)
         if scope.live is not None:
             scope.live.subscriptions.discard(str(uri))
-        # Other sessions of this replica may still want updates for the same resource.
-        if not any(str(uri) in live.subscriptions for live in self.gw.live.all()):
+        # Other sessions of this replica, or its listen streams, may still want updates for the same resource.
+        if not self._wanted_here(str(uri)):
             await self.gw.forward(upstream, RESOURCES_UNSUBSCRIBE, {"uri": original})
         return {}
 
@@ -83,13 +86,18 @@ class Resources:
     async def release(self, uris: Iterable[str], still_wanted: set[str]) -> None:
         """Unsubscribe upstream from resources nobody on this replica listens to any more (best effort)."""
         for uri in uris:
-            if uri in still_wanted or any(uri in live.subscriptions for live in self.gw.live.all()):
+            if uri in still_wanted or self._wanted_here(uri):
                 continue
             routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed)
             if routed is None:
                 continue
             with contextlib.suppress(ProtocolError):
                 await self.gw.forward(routed[0], RESOURCES_UNSUBSCRIBE, {"uri": routed[1]})
+
+
+    def _wanted_here(self, uri: str) -> bool:
+        """Does a session or a listen stream of this replica still hold a subscription to this public URI?"""
+        return any(uri in live.subscriptions for live in self.gw.live.all()) or uri in self._listened()
 
 
 def public_contents(result: dict[str, Any], prefix: str | None) -> None:

@@ -26,7 +26,7 @@ from bastion.protocol.meta import PROTOCOL_VERSION_KEY
 from bastion.protocol.methods import TOOLS_CALL
 from bastion.server.answer import MODERN_ERROR_STATUS, SSE_HEADERS, Answer, json_response
 from bastion.server.dispatch import SERVER_INFO, Dispatcher
-from bastion.server.emitter import Emitter, StreamEmitter
+from bastion.server.emitter import Emitter, NullEmitter, Outbox, StreamEmitter
 from bastion.server.eras import for_legacy, for_modern
 from bastion.server.scope import Scope
 from bastion.server.sessions import LiveSession
@@ -78,6 +78,13 @@ class Responder:
             if live is not None and msg.id is not None:
                 live.inflight.pop(msg.id, None)
 
+    def emitter(self, era: str, msg: jsonrpc.Message, live: LiveSession | None, sse_ok: bool) -> Emitter:
+        """The channel ``respond`` will give this request: a stream for a ``tools/call`` whose client accepts
+        SSE, else none. A front door that builds its ``Scope`` with it spares ``respond`` a copy of the scope."""
+        if sse_ok and msg.method == TOOLS_CALL:
+            return StreamEmitter(Outbox(), live if era == "legacy" else None, self._ids)
+        return NullEmitter()
+
     async def respond(self, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None,
                       sse_ok: bool) -> Response:
         """Answer with JSON unless something must reach the client before the answer.
@@ -97,9 +104,11 @@ class Responder:
             answer = await self.run(scope, msg, live)
             return Response(encode_event(jsonrpc.dumps(answer.body), event="message"),
                             media_type="text/event-stream", headers=SSE_HEADERS)
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        emitter: Emitter = StreamEmitter(queue, live if scope.era == "legacy" else None, self._ids)
-        scope = replace(scope, emitter=emitter)
+        emitter = scope.emitter
+        if not isinstance(emitter, StreamEmitter):
+            emitter = StreamEmitter(Outbox(), live if scope.era == "legacy" else None, self._ids)
+            scope = replace(scope, emitter=emitter)
+        queue = emitter.outbox
         final: list[Answer] = []
 
         async def work() -> None:

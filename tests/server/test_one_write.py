@@ -1,0 +1,128 @@
+"""A response of declared length leaves in one write (head and body together); every other response leaves as
+uvicorn writes it. Real uvicorn, real sockets; the protocol's transport is wrapped only to record its writes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from starlette.types import Receive, Scope, Send
+
+from bastion.server.protocol import FrontDoorOptions, front_door_protocol
+from tests.support.net import free_port
+
+
+class _Recorded:
+    """The real transport, with each ``write`` also kept in ``writes``."""
+
+    def __init__(self, transport: asyncio.Transport, writes: list[bytes]) -> None:
+        self._transport = transport
+        self._writes = writes
+
+    def write(self, data: bytes) -> None:
+        self._writes.append(bytes(data))
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+async def _app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    path = scope["path"]
+    if path == "/stream":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"one", "more_body": True})
+        await send({"type": "http.response.body", "body": b"two"})
+        return
+    if path == "/empty":
+        await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"11")]})
+    if path == "/fail":
+        raise RuntimeError("the app fails between head and body")
+    await send({"type": "http.response.body", "body": b'{"ok":true}'})
+
+
+@contextlib.asynccontextmanager
+async def serve() -> AsyncIterator[tuple[int, list[bytes]]]:
+    port = free_port()
+    writes: list[bytes] = []
+    base = front_door_protocol(FrontDoorOptions())
+
+    class Recording(base):  # type: ignore[valid-type, misc]
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(_Recorded(transport, writes))
+
+    config = uvicorn.Config(_app, host="127.0.0.1", port=port, http=Recording, ws="none", lifespan="off",
+                            log_config=None, access_log=False, date_header=False, server_header=False)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+        assert not task.done(), task
+    try:
+        yield port, writes
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def _get(port: int, method: str, path: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+        return await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def test_a_json_answer_is_one_write_with_the_same_bytes() -> None:
+    async with serve() as (port, writes):
+        raw = await _get(port, "GET", "/json")
+    assert raw == (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n"
+                   b"connection: close\r\n\r\n{\"ok\":true}")
+    assert writes == [raw]
+
+
+async def test_an_empty_answer_of_declared_length_is_one_write() -> None:
+    async with serve() as (port, writes):
+        raw = await _get(port, "GET", "/empty")
+    assert raw == b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    assert writes == [raw]
+
+
+async def test_a_streamed_answer_sends_its_head_at_once() -> None:
+    async with serve() as (port, writes):
+        raw = await _get(port, "GET", "/stream")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n"
+    assert raw == head + b"3\r\none\r\n3\r\ntwo\r\n0\r\n\r\n"
+    assert writes[0] == head
+
+
+async def test_a_head_request_gets_its_head_alone() -> None:
+    async with serve() as (port, writes):
+        raw = await _get(port, "HEAD", "/json")
+    assert raw == (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n"
+                   b"connection: close\r\n\r\n")
+    assert writes[0] == raw
+
+
+async def test_an_app_failing_after_the_head_still_sends_the_head_before_closing() -> None:
+    """As uvicorn alone does: the head was sent, the body never comes, the connection closes."""
+    async with serve() as (port, writes):
+        raw = await _get(port, "GET", "/fail")
+    assert raw == (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n"
+                   b"connection: close\r\n\r\n")
+    assert writes == [raw]
