@@ -57,6 +57,16 @@ def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
     gw.stop()
 
 
+def wait_for_recheck(gw: GatewayProcess, timeout: float = 30.0) -> None:
+    """Until the gateway's re-check of the changed upstream has begun (its slow tools/list reached the upstream):
+    from then the refresh gate is closed. Waiting for it, not sleeping a guessed time, keeps the tests exact on a
+    loaded machine."""
+    deadline = time.monotonic() + timeout
+    while not any("listing" in c for c in upstream_calls(gw)):
+        assert time.monotonic() < deadline, "the gateway never re-listed the changed upstream"
+        time.sleep(0.02)
+
+
 def client(gw: GatewayProcess) -> RpcClient:
     c = RpcClient(gw.url)
     c.initialize()
@@ -102,16 +112,16 @@ def test_calls_racing_a_rug_pull_never_run_the_changed_definition(gateway: Gatew
 
 def test_a_call_in_the_window_waits_for_the_check_and_then_runs(tmp_path: Path) -> None:
     # A 3 s listing: the window stays open long after the client has the flip's answer, even on a loaded box.
-    gateway = rug_gateway(tmp_path, list_delay=3.0, gate_timeout="20s")
+    gateway = rug_gateway(tmp_path, list_delay=3.0, gate_timeout="30s")
     c = client(gateway)
     assert c.call("rug__flip", {})["result"]["content"][0]["text"] == "flipping"
-    time.sleep(0.1)  # the announcement has arrived; the refresh is under way (debounce + slow listing)
+    wait_for_recheck(gateway)  # the announcement has arrived and the slow re-listing is under way
     started = time.monotonic()
     answer = c.call("rug__steady", {})
     waited = time.monotonic() - started
     # steady's definition did not change, so after the check it runs, on the re-checked catalogue.
     assert answer["result"]["content"][0]["text"] == "steady v2"
-    assert waited >= 1.0, waited  # it waited for the slow listing instead of running at once
+    assert waited >= 0.5, waited  # it waited for the slow listing instead of running at once
     # transfer changed: refused exactly like an unknown tool (it is quarantined).
     assert c.call("rug__transfer", {"amount": 1})["error"]["code"] == UNKNOWN_TOOL
     c.close()
@@ -119,16 +129,16 @@ def test_a_call_in_the_window_waits_for_the_check_and_then_runs(tmp_path: Path) 
 
 
 def test_a_check_that_takes_too_long_answers_with_a_clear_error(tmp_path: Path) -> None:
-    # The re-check takes 6 s; the call goes in 0.5 s after the flip, time enough for the upstream's list_changed
-    # to close the gate even on a loaded machine, and far from the check's end.
-    gw = rug_gateway(tmp_path, list_delay=6.0, gate_timeout="500ms")
+    # The re-check takes 8 s; the call goes in once it has begun, so the answer can only be the gate's timeout.
+    gw = rug_gateway(tmp_path, list_delay=8.0, gate_timeout="500ms")
     try:
         c = client(gw)
         c.call("rug__flip", {})
-        time.sleep(0.5)
+        wait_for_recheck(gw)
         started = time.monotonic()
         answer = c.call("rug__steady", {})
-        assert time.monotonic() - started < 2.5
+        # Well before the check could have ended: the caller got the gate's answer, it did not wait for the check.
+        assert time.monotonic() - started < 6
         error = answer["error"]
         assert error["code"] == CATALOGUE_CHANGING
         assert "still being checked after 0.5 s" in error["message"]
@@ -139,7 +149,7 @@ def test_a_check_that_takes_too_long_answers_with_a_clear_error(tmp_path: Path) 
         assert "still being checked" in refused[-1]["reason"]
         assert not [x for x in upstream_calls(gw) if x.get("name") == "steady"]
         # Once the check is done the tool answers again.
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 40
         while "error" in (answer := c.call("rug__steady", {})) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert answer["result"]["content"][0]["text"] == "steady v2"
@@ -160,7 +170,7 @@ def approve_and_time(gw: GatewayProcess, store_args: list[str]) -> float:
                                *store_args], capture_output=True, text=True, timeout=60)
     assert approved.returncode == 0, approved.stderr
     started = time.monotonic()
-    while time.monotonic() - started < 20:
+    while time.monotonic() - started < 60:
         answer = c.call("rug__transfer", {"amount": 2})
         if "result" in answer:
             assert answer["result"]["content"][0]["text"] == "transfer v2"
@@ -175,8 +185,9 @@ def test_an_approval_with_the_file_store_applies_at_once(tmp_path: Path) -> None
     try:
         took = approve_and_time(gw, ["--config", str(gw.config_path)])
         # The periodic refresh is an hour away: only the file watch can have applied it. About 0.5 s on a quiet
-        # machine (poll 0.25 s + debounce 0.2 s); the bound leaves room for a loaded CI box.
-        assert took < 3.0, took
+        # machine (poll 0.25 s + debounce 0.2 s, docs/pinning.md); the bound only has to be far below an hour,
+        # so a loaded CI box cannot fail it. The figure is printed for the record, not asserted.
+        assert took < 20.0, took
         print(f"file store: approval applied after {took:.2f} s")
     finally:
         gw.stop()
@@ -186,7 +197,7 @@ def test_an_approval_with_the_redis_store_applies_at_once(tmp_path: Path, redis_
     gw = rug_gateway(tmp_path, list_delay=0.0, extra={"redis": {"url": redis_server.url}})
     try:
         took = approve_and_time(gw, ["--config", str(gw.config_path)])
-        assert took < 3.0, took
+        assert took < 20.0, took  # far below the hour of the periodic refresh; see the file-store test
         print(f"redis store: approval applied after {took:.2f} s")
     finally:
         gw.stop()
