@@ -21,7 +21,8 @@ from bastion.pipeline import Pipeline
 from bastion.pool import UpstreamPool
 from bastion.principal import Principal
 from bastion.sanitize.upstream_text import UpstreamTextCleaner
-from bastion.server.sessions import LiveSessions, SessionStore
+from bastion.sessions.live import LiveSessions
+from bastion.sessions.store import SessionStore
 from bastion.settings import Settings
 from bastion.strictjson import printable
 from bastion.tool import ToolEntry

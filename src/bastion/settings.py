@@ -119,7 +119,7 @@ class SessionsConfig:
     max_sessions: int = 10_000
     # How often expired sessions are looked for (each gets its session.end record and leaves the gauge).
     sweep_interval_s: float = 30.0
-    # With Redis: how long a replica serves a session Redis confirmed without asking again (server/session_cache.py;
+    # With Redis: how long a replica serves a session Redis confirmed without asking again (sessions/cache.py;
     # also the bound for a DELETE through another replica to take effect here). 0: ask Redis on every request.
     cache_s: float = 1.0
     # requestState sealing for multi round-trip requests (server/state.py); replicas need one shared key.

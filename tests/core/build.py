@@ -51,8 +51,9 @@ from bastion.refresh_gate import RefreshRequests
 from bastion.sanitize import SanitizeConfig, SanitizeDefinitions, UpstreamTextCleaner
 from bastion.server.dispatch import Dispatcher, Scope
 from bastion.server.emitter import Emitter, NullEmitter
-from bastion.server.sessions import LiveSessions, MemorySessionStore
 from bastion.server.state import StateSealer
+from bastion.sessions.live import LiveSessions
+from bastion.sessions.store import MemorySessionStore
 from bastion.settings import Settings, loads
 from bastion.tool import ToolEntry
 from bastion.validation import CompileSchemas, ToolValidators, ValidationConfig, validators_for

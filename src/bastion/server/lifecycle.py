@@ -39,7 +39,8 @@ from bastion.server.dispatch import Dispatcher, negotiate
 from bastion.server.emitter import Emitter, NullEmitter
 from bastion.server.responder import Responder
 from bastion.server.scope import Scope
-from bastion.server.sessions import LiveSession, SessionData, new_session_id
+from bastion.sessions.live import LiveSession
+from bastion.sessions.store import SessionData, new_session_id
 from bastion.sse import encode_event
 
 __all__ = ["SessionEvent", "SessionLifecycle"]

@@ -29,7 +29,7 @@ from bastion.server.dispatch import SERVER_INFO, Dispatcher
 from bastion.server.emitter import Emitter, NullEmitter, Outbox, StreamEmitter
 from bastion.server.eras import for_legacy, for_modern
 from bastion.server.scope import Scope
-from bastion.server.sessions import LiveSession
+from bastion.sessions.live import LiveSession
 from bastion.sse import encode_event
 
 __all__ = ["Responder"]

@@ -44,8 +44,8 @@ from typing import Literal
 import structlog
 
 from bastion.errors import HttpError
-from bastion.server.redis_sessions import RedisSessionStore, SessionStoreUnavailable
-from bastion.server.sessions import SessionData
+from bastion.sessions.redis_store import RedisSessionStore, SessionStoreUnavailable
+from bastion.sessions.store import SessionData
 
 log = structlog.get_logger("bastion.server.sessions")
 

@@ -25,7 +25,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from bastion.errors import HttpError
-from bastion.server.sessions import SessionData
+from bastion.sessions.store import SessionData
 
 log = structlog.get_logger("bastion.server.redis_sessions")
 
