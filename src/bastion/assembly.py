@@ -250,7 +250,7 @@ def build(settings: Settings) -> Components:
 
     admin_cfg: AdminConfig = settings.section("admin")
     admin = build_console(admin_cfg, AdminSources(
-        gateway=gateway, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
+        view=lambda: views.view, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
         auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
         approvals=approvals, principals=known_principals(auth_cfg), sessions=lambda: session_count.get("n"),
         started_at=started_at, restarts=restarts)) \

@@ -451,7 +451,7 @@ class Console:
                                       groups=frozenset(g.strip() for g in fields["groups"].split(",") if g.strip()),
                                       attributes=MappingProxyType({}), auth_method="api_key")
                 # The tool as the catalogue has it (its real annotations), else a bare one by name.
-                entry = self.src.gateway.view.catalogue.tool(fields["tool"]) or \
+                entry = self.src.view().catalogue.tool(fields["tool"]) or \
                     tool_entry(fields["tool"], None, {})
                 decision = holder.current.decide(principal, entry, arguments)
                 result = _decision_json(decision, holder.current)
