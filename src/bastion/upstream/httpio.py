@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from bastion.audit.trace import parse_traceparent
 from bastion.errors import UpstreamUnavailable
 from bastion.sse import SseDecoder, SseEvent
+from bastion.tracing.traceparent import parse_traceparent
 from bastion.upstream.base import UpstreamInfo
 from bastion.upstream.h1pool import H1Pool, Target
 
