@@ -63,7 +63,6 @@ from bastion.pipeline import Pipeline
 from bastion.policy import PolicySet, load_policies
 from bastion.policy.guard import PolicyAccess, PolicyHolder
 from bastion.policy.watch import PolicyWatcher
-from bastion.pool import Member, UpstreamPool
 from bastion.principal import Principal
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
 from bastion.redisconn import ADMIN, RedisClients, open_client
@@ -83,6 +82,7 @@ from bastion.sessions.sweep import IndexedRedisSessions, SessionSweeper, SweptSt
 from bastion.settings import Settings
 from bastion.tracing import Tracing, build_tracing
 from bastion.upstream.config import build_upstream
+from bastion.upstream_pool import Member, UpstreamPool
 from bastion.validation import CompileSchemas, ValidationConfig
 from bastion.view import ViewPublisher, ViewStep
 

@@ -18,8 +18,8 @@ from bastion.health import HealthMonitor
 from bastion.pinning.service import Pinning
 from bastion.policy.guard import PolicyHolder
 from bastion.policy.watch import PolicyWatcher
-from bastion.pool import UpstreamPool
 from bastion.principal import Principal
+from bastion.upstream_pool import UpstreamPool
 from bastion.view import View
 
 

@@ -17,7 +17,7 @@ from bastion.policy.flow import FlowHistory, ReadHistory, flow_audit
 from bastion.policy.model import APPROVAL
 from bastion.principal import Principal
 from bastion.ratelimit.model import ALLOWANCE, Allowance
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.visibility import claims_key
 
 

@@ -15,7 +15,7 @@ import httpx
 
 from bastion.errors import UpstreamUnavailable
 from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamEra, UpstreamInfo
-from bastion.upstream.h1pool import H1Pool
+from bastion.upstream.connections import H1Pool
 from bastion.upstream.http import HttpUpstream
 from bastion.upstream.http_modern import ModernHttpUpstream
 from bastion.upstream.session import StrayHandler
@@ -29,7 +29,7 @@ class AutoHttpUpstream:
                  era: EraSetting = "auto", init_timeout: float = 30.0, listen: bool = True,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0, fast: H1Pool | None = None,
                  on_stray: StrayHandler | None = None) -> None:
-        """``fast``: a keep-alive pool for this upstream's POSTs (see ``h1pool``); this upstream owns it and
+        """``fast``: a keep-alive pool for this upstream's POSTs (see ``connections``); this upstream owns it and
         closes it in ``close``. Without one, every request goes through ``client``."""
         self.name = name
         self._fast = fast
