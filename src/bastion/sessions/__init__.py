@@ -1,4 +1,4 @@
-"""Sessions of the session-era revisions (up to 2025-11-25): what ``initialize`` negotiated, bound to its principal.
+"""Sessions of the handshake-era revisions (up to 2025-11-25): what ``initialize`` negotiated, bound to its principal.
 
 Below the front door (``bastion.server``) and the gateway, which both read them; imports nothing of either.
 ``store`` holds the durable part and its in-memory store, ``redis_store`` the shared one, ``fallback`` and

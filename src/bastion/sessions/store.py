@@ -1,4 +1,4 @@
-"""Legacy-era sessions (revisions up to 2025-11-25).
+"""Handshake-era sessions (revisions up to 2025-11-25).
 
 A session is what ``initialize`` negotiated (protocol version, client capabilities, client info) bound to the
 principal that opened it. It is never a credential: every request is authenticated on its own, and a session id
