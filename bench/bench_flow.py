@@ -26,7 +26,7 @@ from typing import Any
 from bench_limiter import own_redis
 
 from bastion.call import CallContext, CallRecord, Outcome
-from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore
+from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore, history_reader
 from bastion.pipeline import Pipeline
 from bastion.policy.cases import tool_entry
 from bastion.policy.flow import Touch
@@ -60,7 +60,8 @@ async def forward(ctx: CallContext, record: CallRecord) -> dict[str, Any]:
 
 def pipeline(policy_text: str, store: FlowStore) -> tuple[Pipeline, FlowStore]:
     holder = PolicyHolder(compile_policies([PolicyText("bench.yaml", policy_text)]))
-    return Pipeline([PolicyGuard(holder, store)], [], FlowRecorder(no_audit, lambda: holder.current, store)), store
+    guard = PolicyGuard(holder, history_reader(store))
+    return Pipeline([guard], [], FlowRecorder(no_audit, lambda: holder.current, store)), store
 
 
 async def measure(pipe: Pipeline, store: FlowStore, tool: str, n: int) -> tuple[float, float, float]:

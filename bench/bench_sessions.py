@@ -36,10 +36,10 @@ from redis.asyncio.connection import Connection
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.model import Rate, RateLimitSpec
 from bastion.ratelimit.redis_limiter import RedisLimiter
-from bastion.server.redis_sessions import RedisSessionStore
-from bastion.server.session_cache import CachedSessionStore
-from bastion.server.session_fallback import FallbackSessionStore
-from bastion.server.sessions import SessionData, new_session_id
+from bastion.sessions.cache import CachedSessionStore
+from bastion.sessions.fallback import FallbackSessionStore
+from bastion.sessions.redis_store import RedisSessionStore
+from bastion.sessions.store import SessionData, new_session_id
 
 # The one-script alternative: the session's GETEX and a one-bucket GCRA step in one call. A prototype for pricing
 # only: it needs the session key and the buckets in one Cluster slot, and the lookup moved to the limiter step.

@@ -10,7 +10,7 @@ import bastion
 from bastion.protocol import versions
 
 SRC = Path(bastion.__file__).parent
-VERSIONS = {*versions.LEGACY_VERSIONS, *versions.MODERN_VERSIONS}
+VERSIONS = {*versions.HANDSHAKE_VERSIONS, *versions.MODERN_VERSIONS}
 
 
 def _literals(tree: ast.AST) -> list[tuple[int, str]]:
@@ -39,4 +39,4 @@ def test_the_scan_sees_the_protocol_package_itself() -> None:
 
 def test_supported_versions_are_listed_newest_first() -> None:
     assert tuple(sorted(VERSIONS, reverse=True)) == versions.SUPPORTED_VERSIONS
-    assert max(versions.LEGACY_VERSIONS) == versions.LATEST_LEGACY
+    assert max(versions.HANDSHAKE_VERSIONS) == versions.LATEST_HANDSHAKE

@@ -14,9 +14,9 @@ from bastion.catalogue import UpstreamLists
 from bastion.catalogue_limits import CatalogueLimits, LimitDrop, ListBudget
 from bastion.errors import ConfigError
 from bastion.pinning import PinRecheck
-from bastion.pool import Member, UpstreamPool
 from bastion.refresh_gate import RefreshGate, RefreshRequests
 from bastion.upstream.stdio import StdioUpstream
+from bastion.upstream_pool import Member, UpstreamPool
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from bastion.principal import Principal
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.view import View
 
 

@@ -23,7 +23,7 @@ from bastion.approvals.http import approval_routes
 from bastion.assembly import Components, build
 from bastion.auth import metadata_paths, protected_resource_metadata
 from bastion.server.asgi import GatewayApp
-from bastion.server.session_sweep import IndexedRedisSessions
+from bastion.sessions.sweep import IndexedRedisSessions
 from bastion.settings import Settings
 
 log = structlog.get_logger("bastion.app")

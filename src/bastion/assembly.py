@@ -63,7 +63,6 @@ from bastion.pipeline import Pipeline
 from bastion.policy import PolicySet, load_policies
 from bastion.policy.guard import PolicyAccess, PolicyHolder
 from bastion.policy.watch import PolicyWatcher
-from bastion.pool import Member, UpstreamPool
 from bastion.principal import Principal
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
 from bastion.redisconn import ADMIN, RedisClients, open_client
@@ -72,16 +71,18 @@ from bastion.sanitize import SanitizeConfig, SanitizeDefinitions, UpstreamTextCl
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
-from bastion.server.redis_sessions import RedisSessionStore
 from bastion.server.refusals import RefusalReporter
-from bastion.server.session_cache import CachedSessionStore
-from bastion.server.session_fallback import FallbackSessionStore
-from bastion.server.session_sweep import IndexedRedisSessions, SessionSweeper, SweptStore
-from bastion.server.sessions import LiveSessions, MemorySessionStore, SessionData, SessionStore
 from bastion.server.state import StateSealer
+from bastion.sessions.cache import CachedSessionStore
+from bastion.sessions.fallback import FallbackSessionStore
+from bastion.sessions.live import LiveSessions
+from bastion.sessions.redis_store import RedisSessionStore
+from bastion.sessions.store import MemorySessionStore, SessionData, SessionStore
+from bastion.sessions.sweep import IndexedRedisSessions, SessionSweeper, SweptStore
 from bastion.settings import Settings
 from bastion.tracing import Tracing, build_tracing
 from bastion.upstream.config import build_upstream
+from bastion.upstream_pool import Member, UpstreamPool
 from bastion.validation import CompileSchemas, ValidationConfig
 from bastion.view import ViewPublisher, ViewStep
 
@@ -249,7 +250,7 @@ def build(settings: Settings) -> Components:
 
     admin_cfg: AdminConfig = settings.section("admin")
     admin = build_console(admin_cfg, AdminSources(
-        gateway=gateway, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
+        view=lambda: views.view, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
         auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
         approvals=approvals, principals=known_principals(auth_cfg), sessions=lambda: session_count.get("n"),
         started_at=started_at, restarts=restarts)) \
@@ -327,12 +328,12 @@ def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: M
     """The Redis session store, layered: index (expiries claimed once) > cache > fallback > Redis."""
     cfg = settings.sessions
     # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
-    # server/session_fallback.py for the trade-off).
+    # sessions/fallback.py for the trade-off).
     fallback = FallbackSessionStore(
         RedisSessionStore(redis_client, idle_timeout_s=cfg.idle_timeout_s),
         idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, on_event=metrics.session_fallback)
     # In front of it, the sessions Redis confirmed within ``sessions.cache`` are served without a round trip, their
-    # touches written behind (server/session_cache.py: a DELETE through another replica takes effect here within
+    # touches written behind (sessions/cache.py: a DELETE through another replica takes effect here within
     # that time).
     store: SessionStore = fallback if cfg.cache_s <= 0 else CachedSessionStore(
         fallback, idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, trust_s=cfg.cache_s)

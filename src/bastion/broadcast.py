@@ -18,7 +18,7 @@ from bastion import catalogue as cat
 from bastion.access import AccessControl, may_see_upstream
 from bastion.changes import ChangeFeed
 from bastion.server.log_relay import log_targets, stamped
-from bastion.server.sessions import LiveSessions
+from bastion.sessions.live import LiveSessions
 from bastion.view import View
 
 # Cleans one notification's params: (upstream, method, params) -> params.

@@ -15,7 +15,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from bastion.outcome import Outcome
 from bastion.principal import Principal
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 
 __all__ = ["ApprovalRound", "AskClient", "AuditHook", "CallContext", "CallRecord", "Era", "Forward", "Handoff",
            "Outcome", "RequestGuard", "ResponseGuard"]

@@ -21,7 +21,7 @@ import orjson
 import structlog
 
 from bastion.errors import InvalidParams
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 
 log = structlog.get_logger("bastion.catalogue")
 

@@ -18,15 +18,16 @@ from bastion.call import CallContext, CallRecord, Era, Outcome
 from bastion.changes import ChangeFeed
 from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
 from bastion.pipeline import Pipeline
-from bastion.pool import UpstreamPool
 from bastion.principal import Principal
 from bastion.sanitize.upstream_text import UpstreamTextCleaner
-from bastion.server.sessions import LiveSessions, SessionStore
+from bastion.sessions.live import LiveSessions
+from bastion.sessions.store import SessionStore
 from bastion.settings import Settings
 from bastion.strictjson import printable
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.tracing import NO_TRACING, Tracing
 from bastion.upstream.base import RelatedMessageHandler
+from bastion.upstream_pool import UpstreamPool
 from bastion.view import View, ViewPublisher
 from bastion.visibility import ToolListings
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bastion.call import RequestGuard, ResponseGuard
-from bastion.flow import FlowStore
+from bastion.flow import FlowStore, history_reader
 from bastion.pinning import QuarantineGuard
 from bastion.policy.guard import PolicyGuard, PolicyHolder
 from bastion.ratelimit import Limiter, RateLimitConfig
@@ -50,7 +50,7 @@ def guard_list(view: Callable[[], View], gate: RefreshGate, gate_timeout_s: floa
     lookup = validators_for(view)
     request_guards: list[RequestGuard] = [QuarantineGuard(lambda: view().quarantined)]
     if holder is not None:
-        request_guards.append(PolicyGuard(holder, flow))
+        request_guards.append(PolicyGuard(holder, None if flow is None else history_reader(flow)))
         if approval is not None:
             request_guards.append(approval)
     request_guards += [RateLimitGuard(limiter, limits_cfg), InputSchemaGuard(lookup),

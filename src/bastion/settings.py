@@ -24,11 +24,13 @@ from bastion.errors import ConfigError
 from bastion.health.config import HealthConfig
 from bastion.pinning import PinningConfig
 from bastion.ratelimit.config import RateLimitConfig
+from bastion.redisconn import parse_target
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sections import SECTION_NAMES, Core, SectionName, Sections
 from bastion.strictjson import DEFAULT_MAX_DEPTH, MAX_CONFIGURABLE_DEPTH
 from bastion.tracing.config import TracingConfig
 from bastion.units import parse_duration, parse_size
+from bastion.upstream.config import UpstreamConfig
 from bastion.validation import ValidationConfig
 from bastion.yamlfile import YamlDoc, expand_env, load_yaml_file, load_yaml_text
 
@@ -119,7 +121,7 @@ class SessionsConfig:
     max_sessions: int = 10_000
     # How often expired sessions are looked for (each gets its session.end record and leaves the gauge).
     sweep_interval_s: float = 30.0
-    # With Redis: how long a replica serves a session Redis confirmed without asking again (server/session_cache.py;
+    # With Redis: how long a replica serves a session Redis confirmed without asking again (sessions/cache.py;
     # also the bound for a DELETE through another replica to take effect here). 0: ask Redis on every request.
     cache_s: float = 1.0
     # requestState sealing for multi round-trip requests (server/state.py); replicas need one shared key.
@@ -351,8 +353,6 @@ def parse(data: Any, *, source: str, base_dir: Path, env: Mapping[str, str] | No
     raw_upstreams = as_mapping(root.get("upstreams"), "upstreams")
     if not raw_upstreams:
         raise ConfigError("at least one upstream is required", path="upstreams")
-    from bastion.upstream.config import UpstreamConfig
-
     upstreams = tuple(
         _resolve_cwd(UpstreamConfig.from_mapping(name, as_mapping(value, f"upstreams.{name}"), "upstreams",
                                                  environ=environ), base_dir)
@@ -397,8 +397,6 @@ def _asdict(obj: Any) -> dict[str, Any]:
 
 def _redis_url(value: Any, env: Mapping[str, str]) -> str | None:
     """The Redis to use as one URL string (see ``bastion.redisconn.RedisTarget`` for the three shapes)."""
-    from bastion.redisconn import parse_target
-
     if env.get("BASTION_REDIS_URL"):
         return env["BASTION_REDIS_URL"]
     if value is None:

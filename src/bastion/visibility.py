@@ -25,7 +25,7 @@ import orjson
 from bastion import catalogue as cat
 from bastion.access import AccessControl
 from bastion.principal import Principal
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.view import View
 
 DEFAULT_MAX_CALLERS = 1024

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from bastion.call import CallContext
 from bastion.principal import Principal
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

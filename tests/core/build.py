@@ -44,17 +44,18 @@ from bastion.pinning.store import W
 from bastion.pipeline import Pipeline
 from bastion.policy.guard import PolicyAccess, PolicyHolder
 from bastion.policy.load import PolicyText, compile_policies
-from bastion.pool import Member, UpstreamPool
 from bastion.principal import Principal
 from bastion.ratelimit import RateLimitConfig, build_limiter
 from bastion.refresh_gate import RefreshRequests
 from bastion.sanitize import SanitizeConfig, SanitizeDefinitions, UpstreamTextCleaner
 from bastion.server.dispatch import Dispatcher, Scope
 from bastion.server.emitter import Emitter, NullEmitter
-from bastion.server.sessions import LiveSessions, MemorySessionStore
 from bastion.server.state import StateSealer
+from bastion.sessions.live import LiveSessions
+from bastion.sessions.store import MemorySessionStore
 from bastion.settings import Settings, loads
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
+from bastion.upstream_pool import Member, UpstreamPool
 from bastion.validation import CompileSchemas, ToolValidators, ValidationConfig, validators_for
 from bastion.view import View, ViewPublisher, ViewStep
 from tests.support.memory_upstream import MemoryUpstream

@@ -49,7 +49,7 @@ from bastion.ratelimit.guard import RateLimitGuard
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.guard import SanitizeGuard
 from bastion.sanitize.shape import ResultShapeGuard
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.validation import InputSchemaGuard, OutputSchemaGuard, SchemaLimits, compile_tool
 from tests.audit.helpers import assert_valid
 from tests.core import build

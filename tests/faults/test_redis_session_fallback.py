@@ -17,9 +17,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from bastion.redisconn import SHARED, open_client
-from bastion.server.redis_sessions import RedisSessionStore, SessionStoreUnavailable
-from bastion.server.session_fallback import FallbackEvent, FallbackSessionStore
-from bastion.server.sessions import SessionData, new_session_id
+from bastion.sessions.fallback import FallbackEvent, FallbackSessionStore
+from bastion.sessions.redis_store import RedisSessionStore, SessionStoreUnavailable
+from bastion.sessions.store import SessionData, new_session_id
 from tests.support.redis_server import RedisServer
 
 

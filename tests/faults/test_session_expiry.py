@@ -12,9 +12,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from bastion.server.redis_sessions import RedisSessionStore
-from bastion.server.session_sweep import IndexedRedisSessions, SessionSweeper
-from bastion.server.sessions import MemorySessionStore, SessionData, new_session_id
+from bastion.sessions.redis_store import RedisSessionStore
+from bastion.sessions.store import MemorySessionStore, SessionData, new_session_id
+from bastion.sessions.sweep import IndexedRedisSessions, SessionSweeper
 from tests.support.gateway import GatewayProcess
 from tests.support.redis_server import RedisServer
 from tests.support.rpc import RpcClient

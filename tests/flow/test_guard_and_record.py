@@ -9,7 +9,7 @@ import pytest
 
 from bastion.call import CallContext, CallRecord, Outcome
 from bastion.errors import PolicyDenied
-from bastion.flow import FlowRecorder, MemoryFlowStore
+from bastion.flow import FlowRecorder, MemoryFlowStore, history_reader
 from bastion.pipeline import Pipeline
 from bastion.policy.flow import Touch
 from bastion.policy.guard import PolicyGuard, PolicyHolder
@@ -65,7 +65,8 @@ async def audit(ctx: CallContext, record: CallRecord, outcome: Outcome, result: 
 
 def pipeline(text: str, store: MemoryFlowStore) -> Pipeline:
     holder = PolicyHolder(policy(text))
-    return Pipeline([PolicyGuard(holder, store)], [], FlowRecorder(audit, lambda: holder.current, store))
+    return Pipeline([PolicyGuard(holder, history_reader(store))], [],
+                    FlowRecorder(audit, lambda: holder.current, store))
 
 
 def ctx(name: str, n: int, session: str | None = "s1") -> CallContext:

@@ -9,7 +9,7 @@ from bastion.policy.cases import tool_entry
 from bastion.policy.decide import PolicySet
 from bastion.policy.load import PolicyText, compile_policies
 from bastion.principal import Principal
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 
 
 def policy(text: str, source: str = "test.yaml") -> PolicySet:

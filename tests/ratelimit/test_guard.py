@@ -15,7 +15,7 @@ from bastion.ratelimit.guard import RateLimitGuard
 from bastion.ratelimit.memory import MemoryLimiter
 from bastion.ratelimit.model import ALLOWANCE, Allowance, ConcurrencySpec, Rate, RateLimitSpec
 from bastion.ratelimit.redis_limiter import RedisLimiter
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from tests.support.redis_server import RedisServer
 
 

@@ -13,7 +13,7 @@ from tests.fixtures.poison_server import result_for
 
 
 def ctx(upstream: str = "poison", tool: str = "secrets") -> CallContext:
-    from bastion.tool import ToolEntry
+    from bastion.tool_entry import ToolEntry
 
     entry = ToolEntry(public_name=f"{upstream}__{tool}", upstream=upstream, original_name=tool,
                       definition={"name": tool}, upstream_definition={"name": tool})

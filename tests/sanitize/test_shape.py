@@ -11,7 +11,7 @@ from bastion.pipeline import Pipeline
 from bastion.principal import Principal
 from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.shape import MalformedResult, ResultShapeGuard, cap_blocks, omitted_marker, result_problem
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 
 OK = {"content": [{"type": "text", "text": "ok"}]}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bastion.errors import InvalidParams
-from bastion.server.eras import for_legacy, for_modern, undeclared_inputs
+from bastion.server.eras import for_handshake_era, for_modern, undeclared_inputs
 from bastion.server.listen import MAX_BUFFERED, SUBSCRIPTION_ID, Listeners, ListenFilter, Stream
 
 
@@ -54,8 +54,8 @@ async def test_a_stalled_reader_is_ended_instead_of_buffered_without_bound() -> 
 def test_legacy_clients_never_see_modern_only_fields() -> None:
     modern = {"tools": [], "resultType": "complete", "ttlMs": 5, "cacheScope": "public",
               "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "up"}}}
-    assert for_legacy(modern) == {"tools": []}
-    kept = for_legacy({"content": [], "_meta": {"io.modelcontextprotocol/serverInfo": {}, "x.y/z": 1}})
+    assert for_handshake_era(modern) == {"tools": []}
+    kept = for_handshake_era({"content": [], "_meta": {"io.modelcontextprotocol/serverInfo": {}, "x.y/z": 1}})
     assert kept == {"content": [], "_meta": {"x.y/z": 1}}
 
 

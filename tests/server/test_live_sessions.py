@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bastion.server.sessions import LiveSessions
+from bastion.sessions.live import LiveSessions
 
 
 async def test_idle_sessions_are_swept_and_busy_ones_kept() -> None:
@@ -33,7 +33,7 @@ async def test_drop_cancels_what_runs_and_wakes_the_stream() -> None:
 
 
 async def test_the_memory_store_reports_expired_sessions_once() -> None:
-    from bastion.server.sessions import MemorySessionStore, SessionData
+    from bastion.sessions.store import MemorySessionStore, SessionData
 
     expired: list[str] = []
     store = MemorySessionStore(idle_timeout_s=0.0, max_sessions=10, on_expired=lambda d: expired.append(d.id),

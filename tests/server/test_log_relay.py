@@ -7,7 +7,7 @@ from typing import Any
 
 from bastion.principal import Principal
 from bastion.server.log_relay import MAX_BACKLOG, level_allows, log_targets, stamped
-from bastion.server.sessions import LiveSession
+from bastion.sessions.live import LiveSession
 
 ALICE = Principal("alice", frozenset({"eng"}))
 BOB = Principal("bob", frozenset({"ops"}))

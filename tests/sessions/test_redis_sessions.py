@@ -11,8 +11,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from bastion.errors import HttpError
-from bastion.server.redis_sessions import RedisSessionStore, SessionStoreUnavailable
-from bastion.server.sessions import SessionData, SessionStore, new_session_id
+from bastion.sessions.redis_store import RedisSessionStore, SessionStoreUnavailable
+from bastion.sessions.store import SessionData, SessionStore, new_session_id
 from tests.support.redis_server import RedisServer
 
 

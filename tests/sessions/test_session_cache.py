@@ -14,10 +14,10 @@ import redis.asyncio as aioredis
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.model import Rate, RateLimitSpec
 from bastion.ratelimit.redis_limiter import RedisLimiter
-from bastion.server.redis_sessions import RedisSessionStore
-from bastion.server.session_cache import CachedSessionStore
-from bastion.server.session_fallback import FallbackEvent, FallbackSessionStore
-from bastion.server.sessions import SessionData, new_session_id
+from bastion.sessions.cache import CachedSessionStore
+from bastion.sessions.fallback import FallbackEvent, FallbackSessionStore
+from bastion.sessions.redis_store import RedisSessionStore
+from bastion.sessions.store import SessionData, new_session_id
 from tests.support.redis_server import RedisServer
 
 

@@ -10,7 +10,7 @@ import pytest
 from bastion.errors import ConfigError
 from bastion.upstream.config import UpstreamConfig, build_upstream
 from bastion.upstream.http_auto import AutoHttpUpstream
-from bastion.upstream.sse_legacy import SseUpstream
+from bastion.upstream.http_sse import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
 
 ENV = {"TOKEN": "s3cret", "HOST": "example.test"}

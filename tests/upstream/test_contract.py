@@ -13,9 +13,9 @@ import pytest
 
 from bastion.errors import UpstreamRpcError, UpstreamTimeout
 from bastion.upstream.base import Upstream
-from bastion.upstream.h1pool import H1Pool
+from bastion.upstream.connections import H1Pool
 from bastion.upstream.http import HttpUpstream
-from bastion.upstream.sse_legacy import SseUpstream
+from bastion.upstream.http_sse import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
 from tests.upstream.helpers import ROOT, SAMPLING_ANSWER, HttpServer, Inbox, server_command
 

@@ -12,7 +12,7 @@ import pytest
 
 from bastion.errors import UpstreamUnavailable
 from bastion.upstream.http import HttpUpstream
-from bastion.upstream.sse_legacy import SseUpstream
+from bastion.upstream.http_sse import SseUpstream
 from tests.upstream.helpers import HttpServer, Inbox
 
 

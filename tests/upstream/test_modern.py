@@ -15,7 +15,7 @@ import pytest
 
 from bastion.errors import UpstreamTimeout
 from bastion.upstream.base import EraSetting, Upstream
-from bastion.upstream.h1pool import H1Pool
+from bastion.upstream.connections import H1Pool
 from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.modern import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, PROTOCOL_VERSION_KEY
 from bastion.upstream.stdio import StdioUpstream

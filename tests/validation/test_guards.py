@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 from bastion.call import CallContext, CallRecord
 from bastion.errors import ToolError
 from bastion.principal import Principal
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.validation import (
     InputSchemaGuard,
     OutputMode,

@@ -10,7 +10,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.validation import SchemaLimits, compile_catalogue
 from tests.fixtures.hostile_server import QUARANTINED, TOOLS, USABLE
 

@@ -36,6 +36,8 @@ from bastion.approvals import ApprovalEvent, NotAnApprover
 from bastion.audit.record import admin_action_record, approval_record, pin_approve_record
 from bastion.errors import AuthenticationError
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
+from bastion.policy.cases import tool_entry
+from bastion.policy.cli import _decision_json
 from bastion.principal import Principal
 
 log = structlog.get_logger("bastion.admin")
@@ -434,9 +436,6 @@ class Console:
                             form={"principal": "", "groups": "", "tool": "", "arguments": "{}"}, error=None)
 
     async def explain(self, request: Request, session: AdminSession, form: dict[str, str]) -> Response:
-        from bastion.policy.cases import tool_entry
-        from bastion.policy.cli import _decision_json
-
         fields = {k: form.get(k, "") for k in ("principal", "groups", "tool", "arguments")}
         holder = self.src.policy
         result, error = None, None
@@ -451,7 +450,7 @@ class Console:
                                       groups=frozenset(g.strip() for g in fields["groups"].split(",") if g.strip()),
                                       attributes=MappingProxyType({}), auth_method="api_key")
                 # The tool as the catalogue has it (its real annotations), else a bare one by name.
-                entry = self.src.gateway.view.catalogue.tool(fields["tool"]) or \
+                entry = self.src.view().catalogue.tool(fields["tool"]) or \
                     tool_entry(fields["tool"], None, {})
                 decision = holder.current.decide(principal, entry, arguments)
                 result = _decision_json(decision, holder.current)

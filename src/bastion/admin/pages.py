@@ -17,7 +17,7 @@ from bastion.pinning.model import PinnedTool
 
 
 def overview(src: AdminSources, tap: AuditTap) -> dict[str, Any]:
-    view = src.gateway.view
+    view = src.view()
     counts: dict[str, int] = {}
     for entry in view.catalogue.tools:
         counts[entry.upstream] = counts.get(entry.upstream, 0) + 1
@@ -53,7 +53,7 @@ def catalogue(src: AdminSources, principal: str | None = None) -> dict[str, Any]
     """Every tool as clients see it, and every hidden one with the reason. With ``principal`` (one of the known
     principals), also what the policy hides from that principal, by the rule that hides it: the same
     ``PolicySet.decide`` (list form, no arguments) as ``tools/list`` and ``bastion policy explain --list``."""
-    view = src.gateway.view
+    view = src.view()
     chosen = next((p for p in src.principals if p.id == principal), None) if principal else None
     policy = src.policy.current if src.policy is not None and chosen is not None else None
     visible, hidden = [], []

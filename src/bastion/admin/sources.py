@@ -9,25 +9,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bastion.approvals import ApprovalService
+from bastion.audit.log import AuditLog
+from bastion.auth import Authenticator
+from bastion.health import HealthMonitor
+from bastion.pinning.service import Pinning
+from bastion.policy.guard import PolicyHolder
+from bastion.policy.watch import PolicyWatcher
 from bastion.principal import Principal
-
-if TYPE_CHECKING:
-    from bastion.approvals import ApprovalService
-    from bastion.audit.log import AuditLog
-    from bastion.auth import Authenticator
-    from bastion.gateway import Gateway
-    from bastion.health import HealthMonitor
-    from bastion.pinning.service import Pinning
-    from bastion.policy.guard import PolicyHolder
-    from bastion.policy.watch import PolicyWatcher
-    from bastion.pool import UpstreamPool
+from bastion.upstream_pool import UpstreamPool
+from bastion.view import View
 
 
 @dataclass(slots=True)
 class AdminSources:
-    gateway: Gateway
+    # The catalogue view in force now (``ViewPublisher.view``): read once per page, like a request does.
+    view: Callable[[], View]
     pool: UpstreamPool
     monitor: HealthMonitor
     audit_log: AuditLog

@@ -24,7 +24,6 @@ from typing import Any, Literal, cast
 
 import orjson
 
-from bastion.audit.trace import parse_traceparent
 from bastion.call import CallContext, CallRecord, Era
 from bastion.catalogue_limits import LimitDrop
 from bastion.errors import (
@@ -40,6 +39,7 @@ from bastion.errors import (
 )
 from bastion.principal import Principal
 from bastion.strictjson import MAX_SAFE_INTEGER, printable
+from bastion.tracing.traceparent import parse_traceparent
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -4,8 +4,8 @@ The decision itself is pure (``bastion.policy.flow`` and ``PolicySet.decide``); 
 history before the decision and writes touches after the call.
 """
 
-from bastion.flow.context import context_key
+from bastion.flow.context import context_key, history_reader
 from bastion.flow.record import FlowRecorder
 from bastion.flow.store import FlowStore, MemoryFlowStore, RedisFlowStore
 
-__all__ = ["FlowRecorder", "FlowStore", "MemoryFlowStore", "RedisFlowStore", "context_key"]
+__all__ = ["FlowRecorder", "FlowStore", "MemoryFlowStore", "RedisFlowStore", "context_key", "history_reader"]

@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import structlog
 
 from bastion.call import CallContext
 from bastion.flow.store import FlowStore
-from bastion.policy.flow import FlowHistory, FlowSettings
+from bastion.policy.flow import FlowHistory, FlowSettings, ReadHistory
 
 log = structlog.get_logger("bastion.flow")
 
@@ -36,3 +38,8 @@ async def load_history(store: FlowStore, settings: FlowSettings, ctx: CallContex
         log.warning("flow.history_unavailable", error=type(exc).__name__, tool=ctx.tool.public_name[:200])
         return None
     return FlowHistory(touches, now)
+
+
+def history_reader(store: FlowStore) -> ReadHistory:
+    """``load_history`` over ``store``: how the policy guard reads a context's history."""
+    return partial(load_history, store)

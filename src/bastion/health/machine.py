@@ -8,7 +8,7 @@ States:
 - ``down``: not connected, or ``failures_to_down`` consecutive transport failures. Calls fail fast with -31002;
   after ``hide_after`` its tools leave ``tools/list``.
 - ``restarting``: the transport lost its connection and is re-establishing it on its own (a stdio child being
-  respawned, a legacy SSE stream re-opened). Failures seen meanwhile are expected and change nothing; only the
+  respawned, an HTTP+SSE stream re-opened). Failures seen meanwhile are expected and change nothing; only the
   transport's own "connected" ends it.
 
 An answer of any kind (a result, a JSON-RPC error, a tool's ``isError``) is a success: the upstream is there.

@@ -16,7 +16,7 @@ from bastion.policy.flow import FlowHistory, Touch, touches_for
 from bastion.policy.load import policy_schema, validate_document
 from bastion.policy.model import Decision, Kind
 from bastion.principal import Principal
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.units import parse_duration
 from bastion.yamlfile import load_yaml_text
 

@@ -20,7 +20,7 @@ from bastion.policy.flow import FlowHistory, Touch
 from bastion.policy.load import load_policies, policy_problems
 from bastion.policy.model import Decision
 from bastion.principal import Principal
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 
 EXIT_OK = 0
 EXIT_FAILED = 1

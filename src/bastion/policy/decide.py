@@ -36,7 +36,7 @@ from bastion.policy.model import ANNOTATION_DEFAULTS, CostWeight, Decision, Kind
 from bastion.policy.names import Glob, is_safe_name, is_safe_uri
 from bastion.principal import Principal
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 
 _MISSING = object()
 

@@ -9,11 +9,12 @@ no older than ``within``. Nothing here does I/O: the history is an input (see ``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from bastion.call import CallContext
 from bastion.policy.names import Glob
 
 TouchedOn = Literal["any", "success", "result"]
@@ -94,6 +95,12 @@ class FlowSettings:
     stateless_window_s: float = 3600.0
     retention_s: float = 86400.0
     max_touches: int = 256
+
+
+# How the policy guard reads the history a decision needs: ``(settings, call, now)`` to the history of the call's
+# context, or None when it could not be read (the decision then fails closed). ``bastion.flow.history_reader``
+# makes one over a flow store; the guard takes it as a callable so the pure policy never imports the store.
+ReadHistory = Callable[[FlowSettings, CallContext, float], Awaitable[FlowHistory | None]]
 
 
 def merge_labels(found: dict[str, TouchedOn], rule: LabelRule) -> None:

@@ -12,14 +12,12 @@ from contextlib import AsyncExitStack
 
 from bastion.call import CallContext, CallRecord
 from bastion.errors import PolicyDenied, UnknownTool
-from bastion.flow.context import load_history
-from bastion.flow.store import FlowStore
 from bastion.policy.decide import PolicySet
-from bastion.policy.flow import FlowHistory, flow_audit
+from bastion.policy.flow import FlowHistory, ReadHistory, flow_audit
 from bastion.policy.model import APPROVAL
 from bastion.principal import Principal
 from bastion.ratelimit.model import ALLOWANCE, Allowance
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.visibility import claims_key
 
 
@@ -74,16 +72,17 @@ class PolicyGuard:
 
     name = "policy"
 
-    def __init__(self, holder: PolicyHolder, flow: FlowStore | None = None) -> None:
+    def __init__(self, holder: PolicyHolder, history: ReadHistory | None = None) -> None:
         self._holder = holder
-        self._flow = flow
+        # None: no flow store, so a ``when`` rule is decided as on an unreadable history (it holds: fail closed).
+        self._history = history
 
     async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
         policy = self._holder.current
         history: FlowHistory | None = None
         # Only a call some ``when`` rule is about reads the context: every other call costs no store round trip.
-        if self._flow is not None and policy.needs_history(ctx.principal, ctx.tool):
-            history = await load_history(self._flow, policy.flow, ctx, time.time())
+        if self._history is not None and policy.needs_history(ctx.principal, ctx.tool):
+            history = await self._history(policy.flow, ctx, time.time())
         decision = policy.decide(ctx.principal, ctx.tool, ctx.arguments, history)
         if decision.flow or (not decision.allowed and _has_when(policy, decision.rule_id)):
             record.extra["flow"] = flow_audit(decision.flow, history is not None)

@@ -43,7 +43,7 @@ from bastion.protocol.messages import (
     SetLevelParams,
     SubscribeParams,
 )
-from bastion.protocol.versions import LATEST_LEGACY, LEGACY_VERSIONS, SUPPORTED_VERSIONS
+from bastion.protocol.versions import HANDSHAKE_VERSIONS, LATEST_HANDSHAKE, SUPPORTED_VERSIONS
 from bastion.server.eras import is_input_required
 from bastion.server.listen import Listeners
 from bastion.server.relay import asker, relay
@@ -72,7 +72,7 @@ def server_capabilities() -> dict[str, Any]:
 
 def negotiate(requested: object) -> str:
     """Echo the client's version when bastion speaks it, else offer the latest legacy one (the client decides)."""
-    return requested if isinstance(requested, str) and requested in LEGACY_VERSIONS else LATEST_LEGACY
+    return requested if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
 
 
 class Dispatcher:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from bastion import jsonrpc
 from bastion.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, ProtocolError
-from bastion.server.sessions import LiveSession
+from bastion.sessions.live import LiveSession
 
 
 class Emitter(Protocol):

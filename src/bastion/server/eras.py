@@ -14,7 +14,7 @@ from typing import Any
 from bastion.protocol.meta import SERVER_INFO_KEY, SUBSCRIPTION_ID_KEY
 from bastion.protocol.methods import INPUT_CAPABILITY
 
-__all__ = ["MODERN_ONLY_FIELDS", "for_legacy", "for_modern", "is_input_required", "undeclared_inputs"]
+__all__ = ["MODERN_ONLY_FIELDS", "for_handshake_era", "for_modern", "is_input_required", "undeclared_inputs"]
 
 MODERN_ONLY_FIELDS = ("resultType", "ttlMs", "cacheScope")
 # Stamped by modern servers; meaningless (or misleading) to a handshake-era client.
@@ -25,7 +25,7 @@ def is_input_required(result: Mapping[str, Any]) -> bool:
     return result.get("resultType") == "input_required"
 
 
-def for_legacy(result: dict[str, Any]) -> dict[str, Any]:
+def for_handshake_era(result: dict[str, Any]) -> dict[str, Any]:
     """Drop the modern-only fields; an empty ``_meta`` left behind goes too."""
     out = {k: v for k, v in result.items() if k not in MODERN_ONLY_FIELDS}
     meta = out.get("_meta")

@@ -46,7 +46,7 @@ from bastion.protocol.meta import PROTOCOL_VERSION_KEY
 from bastion.protocol.methods import INITIALIZE
 from bastion.server import dispatch as d
 from bastion.server.answer import Answer, http_error_response, json_response
-from bastion.server.guards import (
+from bastion.server.checks import (
     FrontHeaders,
     HostCheck,
     accepts,

@@ -33,13 +33,14 @@ from bastion.gateway import Gateway
 from bastion.principal import Principal
 from bastion.protocol.messages import InitializeParams
 from bastion.protocol.methods import CANCELLED, INITIALIZE, INITIALIZED, list_changed
-from bastion.protocol.versions import BATCH_VERSION, LEGACY_VERSIONS
+from bastion.protocol.versions import BATCH_VERSION, HANDSHAKE_VERSIONS
 from bastion.server.answer import KEEPALIVE_S, SSE_HEADERS, Answer
 from bastion.server.dispatch import Dispatcher, negotiate
 from bastion.server.emitter import Emitter, NullEmitter
 from bastion.server.responder import Responder
 from bastion.server.scope import Scope
-from bastion.server.sessions import LiveSession, SessionData, new_session_id
+from bastion.sessions.live import LiveSession
+from bastion.sessions.store import SessionData, new_session_id
 from bastion.sse import encode_event
 
 __all__ = ["SessionEvent", "SessionLifecycle"]
@@ -68,9 +69,9 @@ class SessionLifecycle:
         if data is None or data.principal_id != principal.id:
             raise HttpError(404, "Session not found", code=INVALID_REQUEST)
         version = request.headers.get("mcp-protocol-version")
-        if version is not None and version not in LEGACY_VERSIONS:
+        if version is not None and version not in HANDSHAKE_VERSIONS:
             raise HttpError(400, f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}",
-                            data={"supported": list(LEGACY_VERSIONS)})
+                            data={"supported": list(HANDSHAKE_VERSIONS)})
         return data
 
     def _scope(self, request: Request, principal: Principal, session: SessionData, live: LiveSession,

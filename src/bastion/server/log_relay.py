@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bastion.principal import Principal
-from bastion.server.sessions import LiveSession
+from bastion.sessions.live import LiveSession
 
 __all__ = ["LOG_LEVELS", "MAX_BACKLOG", "level_allows", "log_targets", "stamped"]
 

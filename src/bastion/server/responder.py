@@ -27,9 +27,9 @@ from bastion.protocol.methods import TOOLS_CALL
 from bastion.server.answer import MODERN_ERROR_STATUS, SSE_HEADERS, Answer, json_response
 from bastion.server.dispatch import SERVER_INFO, Dispatcher
 from bastion.server.emitter import Emitter, NullEmitter, Outbox, StreamEmitter
-from bastion.server.eras import for_legacy, for_modern
+from bastion.server.eras import for_handshake_era, for_modern
 from bastion.server.scope import Scope
-from bastion.server.sessions import LiveSession
+from bastion.sessions.live import LiveSession
 from bastion.sse import encode_event
 
 __all__ = ["Responder"]
@@ -51,7 +51,7 @@ class Responder:
             live.inflight[msg.id] = task
         try:
             result = await self.dispatcher.handle(scope, msg)
-            shaped = for_modern(result, SERVER_INFO) if scope.era == "modern" else for_legacy(result)
+            shaped = for_modern(result, SERVER_INFO) if scope.era == "modern" else for_handshake_era(result)
             return Answer(jsonrpc.result(msg.id, shaped))
         except ProtocolError as exc:
             if exc.log_detail:

@@ -133,7 +133,7 @@ class Rounds:
             if rounds > MAX_INPUT_ROUNDS:
                 raise ToolError(f"The upstream asked for input more than {MAX_INPUT_ROUNDS} times; call abandoned")
             asked = cast(InputRequiredResult, result)
-            answers = await self._ask_legacy_client(scope, upstream, asked.get("inputRequests"))
+            answers = await self._ask_handshake_client(scope, upstream, asked.get("inputRequests"))
             if not answers:
                 await asyncio.sleep(0.05 * rounds)  # state-only round: the upstream is still working
             fwd = {k: v for k, v in fwd.items() if k not in ("inputResponses", "requestState")}
@@ -145,7 +145,7 @@ class Rounds:
             result = await self.gw.forward(upstream, method, fwd, on_message=relay)
         return result
 
-    async def _ask_legacy_client(self, scope: Scope, upstream: str, requests: object) -> dict[str, Any]:
+    async def _ask_handshake_client(self, scope: Scope, upstream: str, requests: object) -> dict[str, Any]:
         if not isinstance(requests, Mapping):
             return {}
         responses: dict[str, Any] = {}

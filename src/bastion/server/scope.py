@@ -14,7 +14,8 @@ from typing import Any
 from bastion.call import Era
 from bastion.principal import Principal
 from bastion.server.emitter import Emitter
-from bastion.server.sessions import LiveSession, SessionData
+from bastion.sessions.live import LiveSession
+from bastion.sessions.store import SessionData
 
 __all__ = ["Scope"]
 

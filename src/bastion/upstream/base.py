@@ -1,7 +1,7 @@
 """The back door's contract: one live connection to one upstream MCP server, whatever its transport.
 
 The gateway core only ever talks to upstreams through ``Upstream``; the transports (stdio, Streamable HTTP,
-legacy HTTP+SSE) implement it. Everything transport-specific (framing, sessions, re-initialization, restarts,
+HTTP+SSE) implement it. Everything transport-specific (framing, sessions, re-initialization, restarts,
 era detection) stays behind this line.
 """
 

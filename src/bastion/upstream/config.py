@@ -24,17 +24,17 @@ import httpx
 from bastion.errors import ConfigError
 from bastion.units import parse_duration
 from bastion.upstream.base import EraSetting, Upstream
-from bastion.upstream.h1pool import H1Pool, eligible
+from bastion.upstream.connections import H1Pool, eligible
 from bastion.upstream.http_auto import AutoHttpUpstream
+from bastion.upstream.http_sse import SseUpstream
 from bastion.upstream.session import StrayHandler
-from bastion.upstream.sse_legacy import SseUpstream
 from bastion.upstream.stdio import StdioUpstream
 from bastion.yamlfile import expand_env
 
 __all__ = ["DEFAULT_ERA", "UpstreamConfig", "build_upstream"]
 
 Transport = Literal["stdio", "streamable-http", "sse"]
-# "fast": Streamable HTTP POSTs go through ``h1pool`` (when the URL allows, see ``h1pool.eligible``); "httpx":
+# "fast": Streamable HTTP POSTs go through ``connections`` (when the URL allows, see ``connections.eligible``); "httpx":
 # everything goes through the shared httpx client, the escape hatch should an upstream need what only httpx does.
 HttpClientSetting = Literal["fast", "httpx"]
 

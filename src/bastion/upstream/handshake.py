@@ -7,14 +7,14 @@ from typing import Any, cast
 
 from bastion.errors import UpstreamUnavailable
 from bastion.protocol.messages import InitializeResult
-from bastion.protocol.versions import LATEST_LEGACY, LEGACY_VERSIONS
+from bastion.protocol.versions import HANDSHAKE_VERSIONS, LATEST_HANDSHAKE
 from bastion.upstream.base import UpstreamInfo
 
-__all__ = ["LEGACY_VERSIONS", "PROTOCOL_VERSION", "initialize_params", "parse_initialize_result"]
+__all__ = ["HANDSHAKE_VERSIONS", "PROTOCOL_VERSION", "initialize_params", "parse_initialize_result"]
 
-# bastion asks for the latest handshake-era revision; the server may answer with any older one (LEGACY_VERSIONS),
+# bastion asks for the latest handshake-era revision; the server may answer with any older one (HANDSHAKE_VERSIONS),
 # and bastion speaks it.
-PROTOCOL_VERSION = LATEST_LEGACY
+PROTOCOL_VERSION = LATEST_HANDSHAKE
 
 # Only what the core relays to clients: advertising a capability bastion cannot honour would break the upstream.
 _CLIENT_CAPABILITIES: Mapping[str, Any] = {"sampling": {}, "elicitation": {}, "roots": {"listChanged": True}}
@@ -31,7 +31,7 @@ def initialize_params(client_version: str) -> dict[str, Any]:
 def parse_initialize_result(upstream: str, answer: Mapping[str, Any]) -> UpstreamInfo:
     result = cast(InitializeResult, answer)
     version = result.get("protocolVersion")
-    if version not in LEGACY_VERSIONS:
+    if version not in HANDSHAKE_VERSIONS:
         raise UpstreamUnavailable(upstream, log_detail=f"upstream answered initialize with version {version!r}")
     capabilities = result.get("capabilities")
     server_info = result.get("serverInfo")

@@ -1,6 +1,6 @@
 """An upstream MCP server over Streamable HTTP, in its handshake era (2025-03-26 … 2025-11-25).
 
-Each request is one POST, on the upstream's lean keep-alive pool (``h1pool``) when it has one, else on the shared
+Each request is one POST, on the upstream's lean keep-alive pool (``connections``) when it has one, else on the shared
 ``httpx.AsyncClient``; the answer is either one JSON object or an SSE stream that carries the request's related
 notifications and server requests before its response. Server requests are answered by POSTing the JSON-RPC
 response. A 404 on a request that carried our session id means the server forgot the session (typically it
@@ -26,7 +26,7 @@ from bastion.errors import UpstreamUnavailable
 from bastion.protocol.methods import INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
-from bastion.upstream.h1pool import H1Pool
+from bastion.upstream.connections import H1Pool
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.httpio import (
     STREAM_TIMEOUT,

@@ -15,7 +15,7 @@ import httpx
 
 from bastion.errors import UpstreamUnavailable
 from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamEra, UpstreamInfo
-from bastion.upstream.h1pool import H1Pool
+from bastion.upstream.connections import H1Pool
 from bastion.upstream.http import HttpUpstream
 from bastion.upstream.http_modern import ModernHttpUpstream
 from bastion.upstream.session import StrayHandler
@@ -29,14 +29,14 @@ class AutoHttpUpstream:
                  era: EraSetting = "auto", init_timeout: float = 30.0, listen: bool = True,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0, fast: H1Pool | None = None,
                  on_stray: StrayHandler | None = None) -> None:
-        """``fast``: a keep-alive pool for this upstream's POSTs (see ``h1pool``); this upstream owns it and
+        """``fast``: a keep-alive pool for this upstream's POSTs (see ``connections``); this upstream owns it and
         closes it in ``close``. Without one, every request goes through ``client``."""
         self.name = name
         self._fast = fast
         self._modern = ModernHttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
                                           backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
                                           on_stray=on_stray)
-        self._legacy = HttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
+        self._handshake = HttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
                                     backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
                                     on_stray=on_stray)
         self._era: UpstreamEra | None = None if era == "auto" else era
@@ -54,14 +54,14 @@ class AutoHttpUpstream:
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
         if self._era is None:
             self._era = "modern" if await self._modern.detect() == "modern" else "legacy"
-        active: ModernHttpUpstream | HttpUpstream = self._modern if self._era == "modern" else self._legacy
+        active: ModernHttpUpstream | HttpUpstream = self._modern if self._era == "modern" else self._handshake
         info = await active.start(on_notification)
         self._active = active
         return info
 
     def watch(self, listener: StateListener) -> None:
         """Health signals of the active transport (the handshake era's GET stream; see ``HttpUpstream.watch``)."""
-        self._legacy.watch(listener)
+        self._handshake.watch(listener)
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
@@ -75,6 +75,6 @@ class AutoHttpUpstream:
 
     async def close(self) -> None:
         await self._modern.close()
-        await self._legacy.close()
+        await self._handshake.close()
         if self._fast is not None:
             await self._fast.aclose()

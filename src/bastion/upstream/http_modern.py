@@ -23,7 +23,7 @@ from bastion import __version__
 from bastion.errors import HEADER_MISMATCH, UpstreamRpcError, UpstreamUnavailable
 from bastion.protocol.methods import DISCOVER, LISTEN, TOOLS_CALL, TOOLS_LIST
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
-from bastion.upstream.h1pool import H1Pool
+from bastion.upstream.connections import H1Pool
 from bastion.upstream.headers import request_headers
 from bastion.upstream.httpio import (
     STREAM_TIMEOUT,

@@ -11,11 +11,11 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from bastion.audit.trace import parse_traceparent
 from bastion.errors import UpstreamUnavailable
 from bastion.sse import SseDecoder, SseEvent
+from bastion.tracing.traceparent import parse_traceparent
 from bastion.upstream.base import UpstreamInfo
-from bastion.upstream.h1pool import H1Pool, Target
+from bastion.upstream.connections import H1Pool, Target
 
 __all__ = ["STREAM_TIMEOUT", "ResponseLike", "http_errors", "is_event_stream", "same_origin", "sse_events",
            "trace_headers"]
@@ -31,7 +31,7 @@ _FIELD_VALUE = re.compile(r"^[\x20-\x7e]*$")
 
 
 class ResponseLike(Protocol):
-    """What the transports read from an answer, whether httpx's ``Response`` or ``h1pool.H1Response``. Header
+    """What the transports read from an answer, whether httpx's ``Response`` or ``connections.H1Response``. Header
     lookups use lower-case names, which both serve."""
 
     @property

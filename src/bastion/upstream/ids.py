@@ -1,6 +1,6 @@
 """Request ids bastion sends to one upstream connection: never reused, and not guessable from outside.
 
-A response is matched to its request by id alone on transports without a stream per request (stdio, legacy
+A response is matched to its request by id alone on transports without a stream per request (stdio,
 HTTP+SSE). If ids were a counter from 0 (as they were), anyone who can make the upstream write a line of their
 choosing (a careless server that echoes input to stdout, a tool that relays text into its stream) could forge an
 answer to another caller's request by guessing its id. So ids are a keyed pseudo-random permutation of a counter:

@@ -1,6 +1,6 @@
 """Keeping one upstream connection alive: reconnect after it drops, with capped exponential backoff.
 
-Used by the transports whose connection can die as a whole (a stdio child process, a legacy SSE stream).
+Used by the transports whose connection can die as a whole (a stdio child process, an HTTP+SSE stream).
 While a reconnect attempt runs, requests wait for it (within their own timeout); while the supervisor sleeps
 between attempts, requests fail at once with ``UpstreamUnavailable`` rather than pile up.
 """

@@ -5,8 +5,8 @@ The package's face: ``CompileSchemas`` (the view step compiling every tool's sch
 tool's compiled validators in the current view).
 """
 
-from bastion.validation.catalog import compile_catalogue
 from bastion.validation.compile import CompiledSchema, SchemaRejected, ToolValidators, compile_tool
+from bastion.validation.compile_all import compile_catalogue
 from bastion.validation.config import UpstreamValidation, ValidationConfig
 from bastion.validation.guards import InputSchemaGuard, OutputMode, OutputSchemaGuard
 from bastion.validation.limits import SchemaLimits

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, cast, get_args
 
 from bastion.errors import ConfigError
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.validation.guards import OutputMode
 from bastion.validation.limits import SchemaLimits
 

@@ -11,7 +11,7 @@ import structlog
 from bastion.call import CallContext, CallRecord
 from bastion.errors import ToolError
 from bastion.outcome import Outcome
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.validation.compile import ToolValidators
 from bastion.validation.metrics import NoMetrics, ValidationMetrics
 from bastion.validation.report import Report

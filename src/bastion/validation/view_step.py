@@ -18,9 +18,9 @@ import orjson
 
 from bastion.catalogue import UpstreamLists
 from bastion.metrics import Metrics
-from bastion.tool import ToolEntry
-from bastion.validation.catalog import compile_catalogue
+from bastion.tool_entry import ToolEntry
 from bastion.validation.compile import ToolValidators
+from bastion.validation.compile_all import compile_catalogue
 from bastion.validation.config import ValidationConfig
 from bastion.view import View
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import structlog
 
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.validation.compile import SchemaRejected, ToolValidators, compile_tool
 from bastion.validation.limits import SchemaLimits
 from bastion.validation.metrics import NoMetrics, ValidationMetrics

@@ -9,7 +9,7 @@ import pytest
 
 from bastion.audit.record import http_refused_record
 from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, Refused
-from bastion.server.guards import (
+from bastion.server.checks import (
     HostCheck,
     check_content_type,
     check_declared_length,
@@ -225,7 +225,7 @@ def test_a_remembering_host_check_remembers_a_bounded_number_of_values() -> None
 def test_front_headers_answer_every_lookup_as_starlettes_headers() -> None:
     from starlette.datastructures import Headers
 
-    from bastion.server.guards import FrontHeaders
+    from bastion.server.checks import FrontHeaders
 
     raw = front_headers([(b"Host", b"localhost:8080"), (b"accept", b" application/json "), (b"x-twice", b"one"),
                          (b"X-Twice", b"two"), (b"traceparent", b"00-ab-cd-01"), (b"x-latin", "é".encode("latin-1"))])

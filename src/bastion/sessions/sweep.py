@@ -24,8 +24,8 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
-from bastion.server.redis_sessions import DEFAULT_KEY_PREFIX
-from bastion.server.sessions import SessionData, SessionStore
+from bastion.sessions.redis_store import DEFAULT_KEY_PREFIX
+from bastion.sessions.store import SessionData, SessionStore
 
 __all__ = ["IndexedRedisSessions", "SessionSweeper", "SweptStore"]
 
@@ -58,7 +58,7 @@ class IndexedRedisSessions:
         await self._store.create(data)
         try:
             await self._redis.hset(self._index, data.id, data.to_json())
-        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_sessions._call
+        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_store._call
             # The session works without its index entry; only its expiry would go unrecorded.
             log.warning("session_index_unavailable", op="add", error=type(exc).__name__)
 
@@ -72,7 +72,7 @@ class IndexedRedisSessions:
         # Index first: a sweep in between sees the key still there, so it never reports this session as expired.
         try:
             await self._redis.hdel(self._index, session_id)
-        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_sessions._call
+        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_store._call
             log.warning("session_index_unavailable", op="remove", error=type(exc).__name__)
         return await self._store.delete(session_id)
 
@@ -126,7 +126,7 @@ class SessionSweeper:
     async def sweep_once(self) -> None:
         try:
             left = await self._store.sweep()
-        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_sessions._call
+        except (RedisError, OSError, RuntimeError) as exc:  # RuntimeError: see redis_store._call
             log.warning("session_sweep_failed", error=type(exc).__name__)
             return
         self._on_count(left)

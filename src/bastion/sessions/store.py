@@ -1,4 +1,4 @@
-"""Legacy-era sessions (revisions up to 2025-11-25).
+"""Handshake-era sessions (revisions up to 2025-11-25).
 
 A session is what ``initialize`` negotiated (protocol version, client capabilities, client info) bound to the
 principal that opened it. It is never a credential: every request is authenticated on its own, and a session id
@@ -6,12 +6,12 @@ presented by another principal is answered exactly like an unknown one (404), so
 
 The durable part (``SessionData``) lives in a ``SessionStore``: in memory for one replica, in Redis when Redis is
 configured so any replica can serve any session. The live part (the GET stream's queue, in-flight calls,
-requests bastion sent to the client) exists only on the replica holding the connection, in ``LiveSession``.
+requests bastion sent to the client) exists only on the replica holding the connection, in ``LiveSession``
+(``bastion.sessions.live``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -21,7 +21,6 @@ from typing import Any, Protocol
 import orjson
 
 from bastion.errors import HttpError
-from bastion.principal import Principal
 
 SESSION_ID_BYTES = 32
 
@@ -74,7 +73,7 @@ class MemorySessionStore:
     """One replica's sessions, expiring after ``idle_timeout_s`` without a request.
 
     ``on_expired`` hears of every session that expired (not deleted), so its end can be audited; expired entries
-    are swept by ``sweep`` (the app calls it on a timer, see ``session_sweep``), at most every ``sweep_every_s``
+    are swept by ``sweep`` (the app calls it on a timer: ``sessions.sweep``), at most every ``sweep_every_s``
     on access, and whenever the table is full.
     """
 
@@ -139,70 +138,6 @@ class MemorySessionStore:
         ended = [data for data, _ in self._data.values()]
         self._data.clear()
         return ended
-
-
-@dataclass(slots=True)
-class LiveSession:
-    """This replica's runtime state for a session: never persisted, never shared."""
-
-    id: str
-    get_stream: asyncio.Queue[dict[str, Any]] | None = None
-    inflight: dict[Any, asyncio.Task[Any]] = field(default_factory=dict)
-    pending: dict[Any, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
-    subscriptions: set[str] = field(default_factory=set)  # public resource URIs
-    last_seen: float = 0.0
-    # Who holds the GET stream, and the log floor it asked for (``logging/setLevel``): for relaying upstream log
-    # messages that belong to no call (``bastion.server.log_relay``).
-    principal: Principal | None = None
-    log_level: str | None = None
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.inflight or self.pending or self.get_stream is not None)
-
-
-class LiveSessions:
-    """Live state per session on this replica, forgotten once a session has been idle past the store's timeout.
-
-    Clients often just go away without DELETE; without the sweep every such session would stay here forever.
-    """
-
-    def __init__(self, idle_timeout_s: float = 3600.0, sweep_every_s: float = 60.0) -> None:
-        self._live: dict[str, LiveSession] = {}
-        self._idle = idle_timeout_s
-        self._sweep_every = sweep_every_s
-        self._next_sweep = time.monotonic() + sweep_every_s
-
-    def get(self, session_id: str) -> LiveSession:
-        now = time.monotonic()
-        if now >= self._next_sweep:
-            self._sweep(now)
-        live = self._live.get(session_id)
-        if live is None:
-            live = self._live[session_id] = LiveSession(session_id)
-        live.last_seen = now
-        return live
-
-    def _sweep(self, now: float) -> None:
-        self._next_sweep = now + self._sweep_every
-        stale = [sid for sid, live in self._live.items() if not live.busy and now - live.last_seen >= self._idle]
-        for sid in stale:
-            del self._live[sid]
-
-    def drop(self, session_id: str) -> None:
-        live = self._live.pop(session_id, None)
-        if live is None:
-            return
-        for task in live.inflight.values():
-            task.cancel()
-        for fut in live.pending.values():
-            if not fut.done():
-                fut.cancel()
-        if live.get_stream is not None:
-            live.get_stream.put_nowait({})  # wakes the GET stream so it can end
-
-    def all(self) -> list[LiveSession]:
-        return list(self._live.values())
 
 
 def with_level(data: SessionData, level: str) -> SessionData:

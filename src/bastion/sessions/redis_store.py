@@ -1,4 +1,4 @@
-"""Legacy-era sessions in Redis, so any replica can serve any session.
+"""Handshake-era sessions in Redis, so any replica can serve any session.
 
 One string key per session (``<prefix><id>`` holding ``SessionData.to_json()``) with a TTL equal to the idle
 timeout. Every successful ``get`` refreshes the TTL in the same command (``GETEX``), so "idle" means "no request
@@ -25,7 +25,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from bastion.errors import HttpError
-from bastion.server.sessions import SessionData
+from bastion.sessions.store import SessionData
 
 log = structlog.get_logger("bastion.server.redis_sessions")
 

@@ -18,7 +18,7 @@ import pytest
 from bastion.errors import UpstreamUnavailable
 from bastion.sse import SseDecoder
 from bastion.upstream.config import UpstreamConfig, build_upstream
-from bastion.upstream.h1pool import H1Pool, Target, eligible
+from bastion.upstream.connections import H1Pool, Target, eligible
 from bastion.upstream.http_auto import AutoHttpUpstream
 from tests.support.net import free_port, wait_for_port
 from tests.upstream.helpers import ROOT, HttpServer, Inbox

@@ -1,4 +1,5 @@
-"""W3C Trace Context: read the ``traceparent`` header a client sent, so audit records join its trace.
+"""W3C Trace Context: read a ``traceparent`` header, so audit records join the trace it names (and the HTTP
+transports can check the one they send).
 
 Pure parsing. A malformed header is ignored rather than rejected: tracing is a courtesy, never a reason to fail
 a call, and the spec asks receivers to restart the trace when the header is invalid.

@@ -4,7 +4,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from bastion.tool import ToolEntry
+from bastion.tool_entry import ToolEntry
 from bastion.validation import SchemaLimits, compile_catalogue
 
 

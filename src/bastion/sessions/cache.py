@@ -20,8 +20,8 @@ Semantics, against the uncached store:
   most. ``trust_s`` is capped at half the idle timeout, so the copy can never outlive the Redis key.
 - **Redis down**: the write-behind touch fails, the sessions it carried leave the copy, and the next request goes
   to the inner store (the fallback store, which serves the sessions this replica knows; see
-  ``session_fallback``). The copy never answers for longer than ``trust_s`` after the inner store last answered.
-- **Sweeps** (``session_sweep``) look at the Redis keys, which the touches keep alive as before.
+  ``sessions.fallback``). The copy never answers for longer than ``trust_s`` after the inner store last answered.
+- **Sweeps** (``bastion.sessions.sweep``) look at the Redis keys, which the touches keep alive as before.
 
 The copy holds at most ``max_sessions`` entries, least recently used dropped first.
 """
@@ -37,7 +37,7 @@ from typing import Protocol
 
 import structlog
 
-from bastion.server.sessions import SessionData, SessionStore
+from bastion.sessions.store import SessionData, SessionStore
 
 __all__ = ["DEFAULT_TOUCH_DELAY_S", "DEFAULT_TRUST_S", "CachedSessionStore", "ConfirmingStore"]
 

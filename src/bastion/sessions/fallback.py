@@ -1,6 +1,6 @@
 """Sessions that outlive a Redis outage on the replica that knows them.
 
-Without this, a Redis outage ends every legacy session at once: each request's session lookup answers 503 before
+Without this, a Redis outage ends every handshake-era session at once: each request's session lookup answers 503 before
 any guard runs, so even ``rate_limits.failure_mode: open`` serves nobody. ``FallbackSessionStore`` wraps the Redis
 store (still the authority whenever it answers) with a bounded local copy of the sessions this replica has seen:
 
@@ -44,8 +44,8 @@ from typing import Literal
 import structlog
 
 from bastion.errors import HttpError
-from bastion.server.redis_sessions import RedisSessionStore, SessionStoreUnavailable
-from bastion.server.sessions import SessionData
+from bastion.sessions.redis_store import RedisSessionStore, SessionStoreUnavailable
+from bastion.sessions.store import SessionData
 
 log = structlog.get_logger("bastion.server.sessions")
 
