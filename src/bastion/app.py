@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bastion import collector
 from bastion.approvals.http import approval_routes
 from bastion.assembly import Components, build
 from bastion.auth import metadata_paths, protected_resource_metadata
@@ -105,6 +106,8 @@ def _lifespan(parts: Components) -> Any:
         if parts.admin is not None:
             await parts.admin.start()
         await parts.approvals.start()
+        # Before serving (uvicorn listens once this returns), so its one full collection stalls no client.
+        collector.freeze_start_up()
         log.info("bastion.ready", path=parts.settings.listen.path, upstreams=parts.pool.health(),
                  tools=len(parts.gateway.view.catalogue.tools))
         try:

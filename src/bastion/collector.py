@@ -12,12 +12,16 @@ for the whole process, ``gc.disable()`` plus a full ``gc.collect()`` after each 
   first young collection after it (about 30 ms of CPU at 2,000 tools, against up to 80 ms for one full collection
   in the middle of the build), and only those objects, not the whole heap. Not a full ``gc.collect()`` after each
   build: that would walk the whole heap every time.
-- ``freeze_start_up``: once, after the first catalogue is published and before the gateway reports ready, collect
-  and move every surviving object (imports, configuration, the first view) to the permanent generation, so later
-  full collections, which run while clients are served, do not walk them again. Only once: a frozen object that
-  later becomes part of unreachable cycles is never freed, so freezing at every publish would leak what each
-  request in flight holds. Views are freed by reference counting (tests/core/test_views.py checks that an old view
-  dies), so a frozen first view is still freed when a later one replaces it.
+- ``freeze_start_up``: once, after the first catalogue is published and before the gateway listens, collect and
+  move every surviving object (imports, configuration, the first view) to the permanent generation, so the full
+  collections that later run while clients are served do not walk them again: after a first build of 2,000 tools
+  a full collection walks about 168,000 containers for 90 to 100 ms of CPU, and about 2 ms once they are frozen
+  (even after a build with changed lists, whose view shares most objects with the first). The freeze's own
+  collection costs the same 90 to 100 ms once, before any client is served. Only once: a frozen object that later
+  becomes part of unreachable cycles is never freed, so freezing at every publish would leak what every request in
+  flight holds; once, at most what start-up held leaks (a connection replaced later, say), and only once. Views
+  are freed by reference counting (tests/core/test_views.py checks that an old view dies after the freeze), so a
+  frozen first view is still freed when a later one replaces it.
 """
 
 from __future__ import annotations
