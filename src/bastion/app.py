@@ -101,13 +101,14 @@ def _lifespan(parts: Components) -> Any:
         # Cluster slot map / Sentinel primary discovered now, not inside the first calls' limiter budget.
         if parts.redis_clients is not None and not await parts.redis_clients.warm():
             log.warning("redis.unreachable_at_start")
-        await parts.pool.start()
-        parts.sweeper.start()
-        if parts.admin is not None:
-            await parts.admin.start()
-        await parts.approvals.start()
-        # Before serving (uvicorn listens once this returns), so its one full collection stalls no client.
-        collector.freeze_start_up()
+        # Before serving (uvicorn listens once this returns): one full collection at the end, stalling no client,
+        # instead of the many the first catalogue build would set off; then what survived is frozen.
+        with collector.start_up():
+            await parts.pool.start()
+            parts.sweeper.start()
+            if parts.admin is not None:
+                await parts.admin.start()
+            await parts.approvals.start()
         log.info("bastion.ready", path=parts.settings.listen.path, upstreams=parts.pool.health(),
                  tools=len(parts.gateway.view.catalogue.tools))
         try:

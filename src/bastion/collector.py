@@ -12,16 +12,18 @@ for the whole process, ``gc.disable()`` plus a full ``gc.collect()`` after each 
   first young collection after it (about 30 ms of CPU at 2,000 tools, against up to 80 ms for one full collection
   in the middle of the build), and only those objects, not the whole heap. Not a full ``gc.collect()`` after each
   build: that would walk the whole heap every time.
-- ``freeze_start_up``: once, after the first catalogue is published and before the gateway listens, collect and
-  move every surviving object (imports, configuration, the first view) to the permanent generation, so the full
-  collections that later run while clients are served do not walk them again: after a first build of 2,000 tools
-  a full collection walks about 168,000 containers for 90 to 100 ms of CPU, and about 2 ms once they are frozen
-  (even after a build with changed lists, whose view shares most objects with the first). The freeze's own
-  collection costs the same 90 to 100 ms once, before any client is served. Only once: a frozen object that later
-  becomes part of unreachable cycles is never freed, so freezing at every publish would leak what every request in
-  flight holds; once, at most what start-up held leaks (a connection replaced later, say), and only once. Views
-  are freed by reference counting (tests/core/test_views.py checks that an old view dies after the freeze), so a
-  frozen first view is still freed when a later one replaces it.
+- ``start_up``: no automatic collection while the gateway starts (the first build included); then, once, after the
+  first catalogue is published and before the gateway listens, one full collection, and every surviving object
+  (imports, configuration, the first view) moves to the permanent generation. The full collections that later run
+  while clients are served then skip them: after a first build of 2,000 tools a full collection walks about
+  168,000 containers for 90 to 100 ms of CPU, and takes about 2 ms once they are frozen (even after a build with
+  changed lists, whose view shares most objects with the first). The one collection costs those 90 to 100 ms once,
+  before any client is served, in place of the collections the start-up would have run.
+  Only once: a frozen object that later becomes part of unreachable cycles is never freed, so freezing at every
+  publish would leak what every request in flight holds; frozen once, at most what start-up held leaks (a
+  connection replaced later, say), and only once. Views are freed by reference counting (tests/core/test_views.py
+  checks that an old view dies after the freeze), so a frozen first view is still freed when a later one replaces
+  it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ def paused() -> Iterator[None]:
             gc.enable()
 
 
-def freeze_start_up() -> None:
-    """Collect once, then exempt everything alive now from every later collection (see the module's note)."""
-    gc.collect()
-    gc.freeze()
+@contextlib.contextmanager
+def start_up() -> Iterator[None]:
+    """No automatic collection while the gateway starts; when it has started, collect once and exempt everything
+    alive then from every later collection (see the module's note). Left by an exception: only re-enabled."""
+    with paused():
+        yield
+        gc.collect()
+        gc.freeze()

@@ -182,8 +182,9 @@ async def test_replaced_views_are_freed_even_after_the_start_up_freeze(chain: An
     # The start-up freeze exempts the first view from the cyclic collector: it must still die by reference counting
     # when a later view replaces it, and nothing here may keep old views alive across many rebuilds.
     gw, _, _ = chain
-    old = [weakref.ref(await build.rebuild(gw, build.lists(notes(), files())))]
-    collector.freeze_start_up()
+    with collector.start_up():
+        old = [weakref.ref(await build.rebuild(gw, build.lists(notes(), files())))]
+    assert gc.isenabled() and gc.get_freeze_count() > 0
     try:
         for i in range(20):
             description = f"Adds, version {i}"
