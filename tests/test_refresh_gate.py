@@ -144,6 +144,19 @@ async def test_an_unchanged_refresh_never_gates(pool: tuple[UpstreamPool, SlowRe
     await refresh
 
 
+async def test_an_unchanged_refresh_hands_on_the_very_lists_it_had(pool: tuple[UpstreamPool, SlowRebuild]) -> None:
+    # The view publisher recognises unchanged lists by identity and rebuilds nothing derived from them.
+    up, rebuild = pool
+    await up.refresh_now()
+    await up.refresh_now()
+    first, second = rebuild.published[-2]["rug"], rebuild.published[-1]["rug"]
+    assert second is first
+    await up.member("rug").upstream.request("tools/call", {"name": "flip_silent", "arguments": {}}, timeout=10)
+    await up.refresh_now()
+    assert rebuild.published[-1]["rug"] is not first
+    assert "Version 2" in description(rebuild.published[-1]["rug"], "transfer")
+
+
 async def test_an_announcement_gates_until_a_later_fetch_is_published(pool: tuple[UpstreamPool, SlowRebuild]) -> None:
     up, rebuild = pool
     before = len(rebuild.published)

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bastion import collector
 from bastion.approvals.http import approval_routes
 from bastion.assembly import Components, build
 from bastion.auth import metadata_paths, protected_resource_metadata
@@ -102,11 +103,14 @@ def _lifespan(parts: Components) -> Any:
         # Cluster slot map / Sentinel primary discovered now, not inside the first calls' limiter budget.
         if parts.redis_clients is not None and not await parts.redis_clients.warm():
             log.warning("redis.unreachable_at_start")
-        await parts.pool.start()
-        parts.sweeper.start()
-        if parts.admin is not None:
-            await parts.admin.start()
-        await parts.approvals.start()
+        # Before serving (uvicorn listens once this returns): one full collection at the end, stalling no client,
+        # instead of the many the first catalogue build would set off; then what survived is frozen.
+        with collector.start_up():
+            await parts.pool.start()
+            parts.sweeper.start()
+            if parts.admin is not None:
+                await parts.admin.start()
+            await parts.approvals.start()
         log.info("bastion.ready", path=parts.settings.listen.path, upstreams=parts.pool.health(),
                  tools=len(parts.gateway.view.catalogue.tools))
         try:

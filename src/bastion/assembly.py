@@ -84,7 +84,7 @@ from bastion.tracing import Tracing, build_tracing
 from bastion.upstream.config import build_upstream
 from bastion.upstream_pool import Member, UpstreamPool
 from bastion.validation import CompileSchemas, ValidationConfig
-from bastion.view import ViewPublisher, ViewStep
+from bastion.view import Reusable, ViewPublisher, ViewStep
 
 log = structlog.get_logger("bastion.app")
 
@@ -167,7 +167,9 @@ def build(settings: Settings) -> Components:
     validation_cfg: ValidationConfig = settings.section("validation")
     sanitize_cfg: SanitizeConfig = settings.section("sanitize")
     # Schemas compile from what the upstream sent; definitions are sanitized for clients after that.
-    steps: list[ViewStep] = [CompileSchemas(validation_cfg, metrics), SanitizeDefinitions(sanitize_cfg, events)]
+    # Both depend on the lists alone: a refresh that fetched the same lists reuses what they made (``Reusable``).
+    steps: list[ViewStep] = [Reusable(CompileSchemas(validation_cfg, metrics)),
+                             Reusable(SanitizeDefinitions(sanitize_cfg, events))]
     pinning_cfg: PinningConfig = settings.section("pinning")
     pin_watcher: PinWatcher | None = None
     pinning: Pinning | None = None

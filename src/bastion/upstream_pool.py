@@ -258,8 +258,13 @@ class UpstreamPool:
             raise
         if self._on_refresh is not None:
             self._on_refresh(name, "ok")
+        previous = self._lists.get(name)
+        if previous is not None and previous == lists:
+            # The very object, not an equal one: the view publisher recognises unchanged lists by identity and
+            # rebuilds nothing it derived from them (``bastion.view``), without comparing definitions again.
+            lists = previous
         published = self._published.get(name)
-        if published is not None and list(published.tools) != list(lists.tools):
+        if published is not None and published is not lists and list(published.tools) != list(lists.tools):
             if not self.gate.is_closed(name):
                 log.warning("catalogue.unannounced_change", upstream=name)
             self.gate.hold(name)

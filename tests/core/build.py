@@ -57,7 +57,7 @@ from bastion.settings import Settings, loads
 from bastion.tool_entry import ToolEntry
 from bastion.upstream_pool import Member, UpstreamPool
 from bastion.validation import CompileSchemas, ToolValidators, ValidationConfig, validators_for
-from bastion.view import View, ViewPublisher, ViewStep
+from bastion.view import Reusable, View, ViewPublisher, ViewStep
 from tests.support.memory_upstream import MemoryUpstream
 
 ALICE = Principal(id="alice", groups=frozenset({"eng"}), auth_method="api_key")
@@ -301,7 +301,8 @@ async def running_core(*upstreams: MemoryUpstream, policy_text: str | None = Non
     members = [Member(upstream=u, prefix=cfg.prefix, timeout_s=min(cfg.timeout, cfg.max_timeout))
                for cfg in conf.upstreams if (u := by_name.get(cfg.name)) is not None]
     requests, changes = RefreshRequests(), ChangeFeed()
-    steps: list[ViewStep] = [CompileSchemas(validation_cfg, Metrics()), SanitizeDefinitions(sanitize_cfg, events)]
+    steps: list[ViewStep] = [Reusable(CompileSchemas(validation_cfg, Metrics())),
+                             Reusable(SanitizeDefinitions(sanitize_cfg, events))]
     pin_store: MemoryPinStore | None = None
     pinning_cfg: PinningConfig = conf.section("pinning")
     if pinning_cfg.enabled:

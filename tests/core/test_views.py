@@ -9,14 +9,18 @@ hear what changed, once per change.
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from bastion import catalogue as cat
+from bastion import collector
 from bastion.policy.guard import PolicyAccess
-from bastion.view import View
+from bastion.view import Reusable, View
 from tests.audit.helpers import assert_valid
 from tests.core import build
 from tests.core.build import ALICE, BOB, MemoryPinStore, MemorySink
@@ -62,7 +66,7 @@ def chain() -> tuple[Any, MemorySink, MemoryPinStore]:
     sink, pins = MemorySink(), MemoryPinStore()
     log = build.audit_log(sink)
     gw = build.gateway(build.settings({"notes": {}, "files": {}}), [
-        build.compile_schemas(), build.sanitize_definitions(emit=log.emit),
+        Reusable(build.compile_schemas()), Reusable(build.sanitize_definitions(emit=log.emit)),
         build.pin_tools(build.pinning(pins), log), build.audit_catalogue_drops(log.emit)])
     return gw, sink, pins
 
@@ -116,6 +120,80 @@ async def test_a_changed_definition_is_quarantined_until_approved(chain: Any) ->
     view = await build.rebuild(gw, build.lists(notes(changed), files()))
     assert view.quarantined == {}
     assert "notes__add" in [t.public_name for t in gw.visible_tools(ALICE)]
+
+
+class Counting:
+    """A step that counts its runs and notes whether the garbage collector ran automatically meanwhile."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.runs = 0
+        self.collector_on: list[bool] = []
+        self.fail = fail
+
+    async def __call__(self, view: View, lists: Mapping[str, cat.UpstreamLists]) -> View:
+        self.runs += 1
+        self.collector_on.append(gc.isenabled())
+        if self.fail:
+            raise RuntimeError("a step that fails")
+        return view
+
+
+async def test_a_refresh_of_unchanged_lists_reuses_the_reusable_steps_and_reruns_the_rest() -> None:
+    pins, lead, after = MemoryPinStore(), Counting(), Counting()
+    log = build.audit_log(MemorySink())
+    gw = build.gateway(build.settings({"notes": {}, "files": {}}), [
+        Reusable(build.compile_schemas()), Reusable(lead), build.pin_tools(build.pinning(pins), log), after])
+    first = await build.rebuild(gw, build.lists(notes(), files()))
+    # Equal lists in new objects (as a re-fetch that kept nothing would hand them): nothing derived again.
+    again = await build.rebuild(gw, build.lists(notes(), files()))
+    assert (lead.runs, after.runs) == (1, 2)
+    assert again.catalogue is first.catalogue
+    assert again.derived["validators"] is first.derived["validators"]
+    # Pinning still runs on every build: a changed pin (an approval, a drift seen by another replica) applies.
+    pins.pins["notes"]["add"] = dataclasses.replace(pins.pins["notes"]["add"], fingerprint="sha256:other")
+    drifted = await build.rebuild(gw, build.lists(notes(), files()))
+    assert drifted.quarantined == {"notes__add": "definition changed since it was pinned; awaiting approval"}
+    assert (lead.runs, after.runs) == (1, 3)
+    # Any change in any upstream's lists derives again.
+    await build.rebuild(gw, build.lists(notes(ADD, tool("sub")), files()))
+    assert (lead.runs, after.runs) == (2, 4)
+
+
+async def test_no_automatic_collection_while_building_and_it_is_back_even_when_a_step_fails() -> None:
+    assert gc.isenabled()
+    ok, failing = Counting(), Counting(fail=True)
+    gw = build.gateway(build.settings({"notes": {}, "files": {}}), [ok])
+    await build.rebuild(gw, build.lists(notes(), files()))
+    assert ok.collector_on == [False] and gc.isenabled()
+    gw = build.gateway(build.settings({"notes": {}, "files": {}}), [Reusable(failing)])
+    with pytest.raises(RuntimeError):
+        await build.rebuild(gw, build.lists(notes(), files()))
+    assert failing.collector_on == [False] and gc.isenabled()
+    # Off before the build (an embedding application's choice): it stays off.
+    gc.disable()
+    try:
+        await build.rebuild(gw := build.gateway(build.settings({"notes": {}}), [ok]), build.lists(notes()))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+async def test_replaced_views_are_freed_even_after_the_start_up_freeze(chain: Any) -> None:
+    # The start-up freeze exempts the first view from the cyclic collector: it must still die by reference counting
+    # when a later view replaces it, and nothing here may keep old views alive across many rebuilds.
+    gw, _, _ = chain
+    with collector.start_up():
+        old = [weakref.ref(await build.rebuild(gw, build.lists(notes(), files())))]
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    try:
+        for i in range(20):
+            description = f"Adds, version {i}"
+            old.append(weakref.ref(await build.rebuild(gw, build.lists(notes({**ADD, "description": description}),
+                                                                       files()))))
+        gc.collect()
+        assert [ref() is None for ref in old] == [True] * 20 + [False]
+    finally:
+        gc.unfreeze()
 
 
 async def test_with_the_pin_store_down_only_verified_definitions_are_served() -> None:

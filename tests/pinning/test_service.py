@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from bastion.pinning import (
     CandidateMismatch,
@@ -20,6 +22,30 @@ from tests.pinning.tools import POISONED, list_dir, read_file
 def make(tmp_path: Path, **cfg: object) -> Pinning:
     return Pinning(FilePinStore(tmp_path / "pins.json"), PinningConfig.from_mapping(cfg),
                    clock=lambda: datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
+
+
+async def test_a_first_listing_logs_one_info_line_per_upstream_and_each_tool_at_debug(tmp_path: Path) -> None:
+    pinning = make(tmp_path)
+    tools = [{**read_file(), "name": f"t{i:02d}"} for i in range(25)]
+    root = logging.getLogger()
+    level = root.level
+    for debug in (False, True):
+        root.setLevel(logging.DEBUG if debug else logging.INFO)
+        try:
+            with capture_logs() as logs:
+                await pinning.reconcile(f"up-{debug}", tools)
+        finally:
+            root.setLevel(level)
+        [summary] = [e for e in logs if e["event"] == "pin.pinned"]
+        assert summary == {"event": "pin.pinned", "log_level": "info", "upstream": f"up-{debug}", "count": 25,
+                           "tools": [f"t{i:02d}" for i in range(20)]}
+        new = [e for e in logs if e["event"] == "pin.new"]
+        assert len(new) == (25 if debug else 0)
+        assert all(e["log_level"] == "debug" and e["action"] == "pinned" for e in new)
+    # Nothing new the next time: no line at all.
+    with capture_logs() as logs:
+        await pinning.reconcile("up-False", tools)
+    assert logs == []
 
 
 async def test_first_listing_pins_and_a_change_quarantines(tmp_path: Path) -> None:

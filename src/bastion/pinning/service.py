@@ -9,6 +9,7 @@ changed tools, or every tool of an upstream whose pins were never read) is quara
 from __future__ import annotations
 
 import builtins
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +25,9 @@ from bastion.pinning.model import Pin, PinEvent, PinnedTool, PinStatus
 from bastion.pinning.store import PinStore
 
 log = structlog.get_logger("bastion.pinning")
+
+# Tool names a ``pin.pinned`` line lists (the first ones by name); ``count`` has them all.
+_PINNED_NAMES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +91,18 @@ class Pinning:
             return self._fail_static(upstream, tools, exc)
         self._verified[upstream] = {**read, **result.writes}
         self._store_state("ok")
+        pinned = [event.tool for event in result.events if event.event == "pin.new"]
+        if pinned:
+            # One line per upstream at info, each tool at debug: a first start pins every tool of every upstream,
+            # and thousands of identical info lines there would cost more CPU than pinning them (and say less).
+            log.info("pin.pinned", upstream=upstream, count=len(pinned), tools=sorted(pinned)[:_PINNED_NAMES])
+        # Asked of the stdlib logger the renderer sits behind (structlog's own answer depends on its configuration).
+        debug = logging.getLogger("bastion.pinning").isEnabledFor(logging.DEBUG)
         for event in result.events:
-            level = log.info if event.event == "pin.new" else log.warning
-            level(event.event, **{k: v for k, v in event.to_log().items() if k != "event"})
+            if event.event != "pin.new":
+                log.warning(event.event, **{k: v for k, v in event.to_log().items() if k != "event"})
+            elif debug:
+                log.debug(event.event, **{k: v for k, v in event.to_log().items() if k != "event"})
         return PinOutcome(upstream=upstream, quarantined=result.quarantined, events=result.events,
                           decisions=result.decisions)
 

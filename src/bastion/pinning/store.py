@@ -32,6 +32,19 @@ log = structlog.get_logger("bastion.pinning")
 DEFAULT_KEY_PREFIX = "bastion:pins:"
 _FILE_VERSION = 1
 _MAX_ATTEMPTS = 16
+# Own writes the watcher can still be behind on: one per upstream per rebuild, and it looks four times a second.
+_OWN_KEPT = 256
+
+# What the file watcher compares between polls: (mtime, size, inode); a replacement by rename changes the inode.
+FileIdentity = tuple[int, int, int]
+
+
+def file_identity(path: Path) -> FileIdentity | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 class PinWrites(Protocol):
@@ -83,6 +96,14 @@ class FilePinStore:
         self.path = Path(path)
         self._lock_path = self.path.with_name(self.path.name + ".lock")
         self._lock = asyncio.Lock()
+        # For the watcher (``bastion.pinning.watch``), which must not rebuild the catalogue for this gateway's own
+        # reconcile writes (at a first start that is one write per upstream, each worth a full rebuild): the
+        # identities of the files this store wrote while nothing else had written since its previous locked read
+        # or write, so the view built from its reads already holds everything in them. Tuples replaced whole:
+        # written from worker threads, read on the event loop.
+        self._own: tuple[FileIdentity, ...] = ()
+        self._last_seen: FileIdentity | None = None
+        self._accessed = False
         # (file bytes, parsed document): the document is never mutated, so it can be handed out again. Replaced
         # whole (one attribute store), since ``load`` may read it from another thread.
         self._parsed: tuple[bytes, dict[str, Any]] | None = None
@@ -108,18 +129,30 @@ class FilePinStore:
     async def close(self) -> None:
         return None
 
+    def wrote(self, identity: FileIdentity | None) -> bool:
+        """Whether the file with this identity is one of this store's own recent writes, with no other writer's
+        change since this store last read the file (so a rebuild would read nothing new)."""
+        return identity is not None and identity in self._own
+
     def _update(self, upstream: str, plan: Callable[[Mapping[str, Pin]], W]) -> W:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self._lock_path, "a+b") as lock_file:
                 fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+                before = file_identity(self.path)
+                # Nothing written by anyone else since this store's previous read or write (or this is its first):
+                # whatever this write leaves holds nothing this process has not read.
+                continuous = not self._accessed or before == self._last_seen
+                self._accessed = True
+                self._last_seen = before
                 doc = self._read()
                 result = plan(_decode_pins(doc["upstreams"].get(upstream, {}), str(self.path)))
                 if result.writes:
                     pins = dict(doc["upstreams"].get(upstream, {}))
                     pins.update({tool: pin.to_json() for tool, pin in result.writes.items()})
                     # A new document sharing the unchanged parts: the one read may be the remembered one.
-                    self._write({**doc, "upstreams": {**doc["upstreams"], upstream: pins}})
+                    self._last_seen = self._write({**doc, "upstreams": {**doc["upstreams"], upstream: pins}},
+                                                  own=continuous)
                 return result
         except OSError as exc:
             raise PinStoreUnavailable(f"pin file {self.path}: {exc.strerror or exc}") from None
@@ -146,7 +179,9 @@ class FilePinStore:
         self._parsed = (raw, doc)
         return doc
 
-    def _write(self, doc: dict[str, Any]) -> None:
+    def _write(self, doc: dict[str, Any], *, own: bool) -> FileIdentity:
+        """Write ``doc`` over the file; its identity. With ``own``, remembered as this store's own write before
+        the rename (a rename keeps mtime, size and inode), so the watcher never sees it unannounced."""
         data = self._encode(doc)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
@@ -154,12 +189,17 @@ class FilePinStore:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+                st = os.fstat(f.fileno())
+            identity = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if own:
+                self._own = (*self._own[-(_OWN_KEPT - 1):], identity)
             os.replace(tmp, self.path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
         self._parsed = (data, doc)
+        return identity
 
     def _encode(self, doc: Mapping[str, Any]) -> bytes:
         """``json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)`` and a newline, as UTF-8, byte for

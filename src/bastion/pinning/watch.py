@@ -6,7 +6,9 @@ fetched, so pinning re-reads the store) as soon as a change is seen:
 
 - file store: the file's identity (mtime, size, inode) is polled every ``interval`` seconds. Polling rather than
   inotify, like the policy watcher: it behaves the same everywhere, including a file replaced by rename. The
-  gateway's own reconcile writes are seen too and cost one extra rebuild that writes nothing, so it settles.
+  gateway's own reconcile writes are skipped when the store vouches that nothing else wrote the file in between
+  (``FilePinStore.wrote``): at a first start every upstream's new pins are one write each, and each would otherwise
+  cost a full rebuild that reads nothing new.
 - Redis store: admin decisions are published on the store's channel (``RedisPinStore.announce``); the watcher
   subscribes. Redis does not keep messages for a disconnected subscriber, so after a reconnect the watcher calls
   ``on_change`` once anyway, in case it missed one.
@@ -18,7 +20,6 @@ different listings of one upstream would otherwise trigger each other's rebuilds
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -27,38 +28,34 @@ import redis.asyncio as aioredis
 import redis.exceptions as redis_errors
 import structlog
 
-from bastion.pinning.store import FilePinStore, PinStore, RedisPinStore
+from bastion.pinning.store import FileIdentity, FilePinStore, PinStore, RedisPinStore, file_identity
 from bastion.redisconn import open_pubsub
 
 log = structlog.get_logger("bastion.pinning")
-
-_Identity = tuple[int, int, int] | None
-
 
 class PinWatcher(Protocol):
     async def run(self) -> None: ...
 
 
 class FilePinWatcher:
-    def __init__(self, path: Path, on_change: Callable[[], None], *, interval: float = 0.25) -> None:
+    """``own`` says whether a file identity is this gateway's own write of nothing new (``FilePinStore.wrote``)."""
+
+    def __init__(self, path: Path, on_change: Callable[[], None], *, interval: float = 0.25,
+                 own: Callable[[FileIdentity | None], bool] | None = None) -> None:
         self._path = path
         self._on_change = on_change
         self._interval = interval
-
-    def _identity(self) -> _Identity:
-        try:
-            st = os.stat(self._path)
-        except OSError:
-            return None
-        return st.st_mtime_ns, st.st_size, st.st_ino
+        self._own = own
 
     async def run(self) -> None:
-        seen = self._identity()
+        seen = file_identity(self._path)
         while True:
             await asyncio.sleep(self._interval)
-            now = self._identity()
+            now = file_identity(self._path)
             if now != seen:
                 seen = now
+                if self._own is not None and self._own(now):
+                    continue
                 log.info("pin.store_changed", store="file", path=str(self._path))
                 self._on_change()
 
@@ -98,7 +95,7 @@ class RedisPinWatcher:
 def watch_store(store: PinStore, on_change: Callable[[], None]) -> PinWatcher | None:
     """The watcher for ``store``'s kind (None for a store nobody else writes)."""
     if isinstance(store, FilePinStore):
-        return FilePinWatcher(store.path, on_change)
+        return FilePinWatcher(store.path, on_change, own=store.wrote)
     if isinstance(store, RedisPinStore):
         return RedisPinWatcher(store.client, store.channel, on_change)
     return None
