@@ -30,7 +30,7 @@ from bastion.validation.engine import (
     Run,
     dialect_key,
 )
-from bastion.validation.fast import Check, compile_fast
+from bastion.validation.fast import LazyCheck
 from bastion.validation.limits import _FLOAT_BYTES, _NULL_BYTES, Excess, SchemaLimits, _string_bytes, measure
 from bastion.validation.regex import UnsupportedPattern
 from bastion.validation.report import Report, build_report, json_path, single
@@ -64,14 +64,16 @@ class CompiledSchema:
     _max_errors: int
     _max_steps: int
     # The fast path (``fast.py``) for a schema in its subset: proves a passing value valid without jsonschema.
-    _fast: Check | None = field(default=None, repr=False)
+    # Compiled on first use (``LazyCheck``), so building a large catalogue does not pay for it.
+    _fast: LazyCheck | None = field(default=None, repr=False)
 
     def validate(self, instance: Any) -> Report:
         """Check ``instance``; the report is empty when it is valid. Never raises for a bad instance."""
         excess = measure(instance, max_bytes=self._max_bytes, max_depth=self._max_depth)
         if excess is not None:
             return single(_excess_reason("value", excess))
-        if self._fast is not None and 0 <= self._fast(instance) <= self._max_steps:
+        fast = self._fast.get() if self._fast is not None else None
+        if fast is not None and 0 <= fast(instance) <= self._max_steps:
             return _VALID
         token = CURRENT_RUN.set(Run(self._patterns, self._max_steps))
         try:
@@ -150,7 +152,7 @@ def compile_schema(schema: Mapping[str, Any], limits: SchemaLimits, role: Role) 
                           _patterns=MappingProxyType(dict(scanned.patterns)), _max_bytes=max_bytes,
                           _max_depth=max_depth, _max_errors=limits.max_errors,
                           _max_steps=limits.max_validation_steps,
-                          _fast=compile_fast(plain, dialect, scanned.patterns))
+                          _fast=LazyCheck(plain, dialect, scanned.patterns))
 
 
 def _dialect(schema: Mapping[str, Any], role: Role) -> Dialect:

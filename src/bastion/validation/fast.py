@@ -78,6 +78,27 @@ def compile_fast(schema: Any, dialect: Dialect, patterns: Mapping[str, Any]) -> 
         return None
 
 
+class LazyCheck:
+    """``compile_fast`` on a schema's first validation, not when the catalogue is built.
+
+    A catalogue of thousands of tools is built at start-up and on every change, and most tools are never called:
+    compiling every fast path up front more than doubled the objects a first build left behind (the collector
+    then walked them all), for checks most tools never run. Compiled once, on first use, then reused.
+    """
+
+    __slots__ = ("_check", "_source")
+
+    def __init__(self, schema: Any, dialect: Dialect, patterns: Mapping[str, Any]) -> None:
+        self._source: tuple[Any, Dialect, Mapping[str, Any]] | None = (schema, dialect, patterns)
+        self._check: Check | None = None
+
+    def get(self) -> Check | None:
+        if self._source is not None:
+            self._check = compile_fast(*self._source)
+            self._source = None
+        return self._check
+
+
 class _Unsupported(Exception):
     pass
 
