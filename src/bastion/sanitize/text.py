@@ -52,6 +52,9 @@ _SUSPECT = re.compile(
     "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
 )
 
+# The same without NUL: ``needs_cleaning`` counts NULs apart, since its callers join strings with them.
+_SUSPECT_BUT_NUL = re.compile(_SUSPECT.pattern.replace("\x00-\x08", "\x01-\x08", 1))
+
 _CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
 
 
@@ -120,6 +123,15 @@ def clean_text(text: str) -> Cleaned:
             if removed:
                 counts["variation_selector"] = removed
     return Cleaned(text, MappingProxyType(counts) if counts else NO_COUNTS)
+
+
+def needs_cleaning(text: str, nuls: int = 0) -> bool:
+    """False only when ``clean_text`` returns every part of ``text`` unchanged (one C-speed search).
+
+    ``nuls`` is how many NUL characters the caller put in ``text`` itself (separators between joined strings);
+    any NUL beyond those belongs to a string, and cleaning removes it.
+    """
+    return text.count("\x00") != nuls or _SUSPECT_BUT_NUL.search(text) is not None
 
 
 def decode_tags(text: str) -> str:
