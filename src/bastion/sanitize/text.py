@@ -55,6 +55,9 @@ _SUSPECT = re.compile(
 # The same without NUL: ``needs_cleaning`` counts NULs apart, since its callers join strings with them.
 _SUSPECT_BUT_NUL = re.compile(_SUSPECT.pattern.replace("\x00-\x08", "\x01-\x08", 1))
 
+# The ASCII characters ``_ASCII_SUSPECT`` matches, for ``bytes.translate``.
+_ASCII_REMOVED = bytes(b for b in range(128) if _ASCII_SUSPECT.match(chr(b)))
+
 _CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
 
 
@@ -131,6 +134,11 @@ def needs_cleaning(text: str, nuls: int = 0) -> bool:
     ``nuls`` is how many NUL characters the caller put in ``text`` itself (separators between joined strings);
     any NUL beyond those belongs to a string, and cleaning removes it.
     """
+    if text.isascii():
+        # The common case, and a C loop at memory speed (a regex class scan costs ten times as much): deleting
+        # the ASCII characters cleaning removes must delete exactly the separators' NULs.
+        data = text.encode("ascii")
+        return len(data) - len(data.translate(None, _ASCII_REMOVED)) != nuls
     return text.count("\x00") != nuls or _SUSPECT_BUT_NUL.search(text) is not None
 
 
