@@ -53,7 +53,7 @@ _REMOVED = (
     "\u202a", "\u202e", "\u2066", "\u2069",  # bidi embeddings, overrides, isolates
     "\u061c", "\u200e", "\u200f",  # bidi marks
     "\U000e0001", "\U000e0041", "\U000e007f",  # tags
-    "\ufe00", "\ufe0d", "\u180b", "\U000e0100",  # variation selectors after ASCII
+    "\ufe00", "\ufe0d", "\ufe0e", "\ufe0f", "\u180b", "\U000e0100",  # variation selectors after ASCII
     "\x00", "\x07", "\x0b", "\x0c", "\x1f", "\x7f", "\x80", "\x84", "\x86", "\x9c",  # C0/C1 controls
     "\ud800", "\udfff",  # lone surrogates (JSON \ud800 escapes)
     "\x1b[0m", "\x1b[?1049h", "\x1b(B", "\x1b]8;;https://e.example\x07", "\x1b]52;c;aGk=\x1b\\",  # sequences
@@ -318,3 +318,12 @@ def test_detector_prescan_counts_a_family_past_its_candidate_budget(decoy: str, 
     rows = [decoy] * (MAX_CANDIDATES + 5) + ["lorem ipsum " * 100, hit]
     _, report = sanitize_result({"content": [], "structuredContent": {"rows": rows}}, DEFAULT)
     assert report.injection
+
+
+def test_presentation_selector_after_a_digit_splits_no_secret() -> None:
+    # A keycap keeps its selector; after a bare digit the selector renders as nothing and goes.
+    for selector in ("\ufe0e", "\ufe0f"):
+        out, _ = sanitize_result({"content": [{"type": "text", "text": f"AKIAIOSFODNN7{selector}EXAMPLE"}]}, DEFAULT)
+        assert out["content"][0]["text"] == "[REDACTED:aws-access-key]"
+    assert clean_text("#\ufe0f\u20e3 7\ufe0f\u20e3").text == "#\ufe0f\u20e3 7\ufe0f\u20e3"
+    assert clean_text("7\ufe0f8").text == "78"

@@ -72,8 +72,11 @@ def _variation_keep(text: str, start: int, run: str) -> str:
     first = run[0]
     if "\U000e0100" <= first <= "\U000e01ef":  # ideographic variation sequences
         return first if base and _CJK.match(base) else ""
-    if first in "\ufe0e\ufe0f":  # text/emoji presentation: also valid after the keycap bases # * 0-9
-        return first if base and (not base.isascii() or base in "#*0123456789") else ""
+    if first in "\ufe0e\ufe0f":
+        # Text/emoji presentation. After an ASCII base only as a keycap (# * 0-9, the selector, U+20E3): a
+        # selector after any other digit renders as nothing and would split a secret the redactor then misses.
+        keycap = base in "#*0123456789" and text[start + len(run):start + len(run) + 1] == "\u20e3"
+        return first if base and (not base.isascii() or keycap) else ""
     return first if base and not base.isascii() else ""
 
 
