@@ -327,3 +327,14 @@ def test_presentation_selector_after_a_digit_splits_no_secret() -> None:
         assert out["content"][0]["text"] == "[REDACTED:aws-access-key]"
     assert clean_text("#\ufe0f\u20e3 7\ufe0f\u20e3").text == "#\ufe0f\u20e3 7\ufe0f\u20e3"
     assert clean_text("7\ufe0f8").text == "78"
+
+
+def test_a_string_the_prescan_did_not_see_is_scanned() -> None:
+    # A caller that rewrites a string before the pass (a stack trace cut to its message line) hands the
+    # matchers a text no prescan judged: the passes run whatever the prescan found.
+    from bastion.sanitize.strings import StringSanitizer
+    sanitizer = StringSanitizer(DEFAULT)
+    sanitizer.prescan({"a": "nothing to see"})
+    assert not sanitizer.patterns
+    assert sanitizer.string("AKIAIOSFODNN7EXAMPLE") == "AKIAIOSFODNN7EXAMPLE"  # what the prescan vouches for
+    assert sanitizer.string("AKIAIOSFODNN7EXAMPLE", unseen=True) == "[REDACTED:aws-access-key]"

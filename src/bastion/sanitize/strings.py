@@ -45,14 +45,18 @@ class StringSanitizer:
         # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
         self._patterns = True
 
-    def string(self, value: str, limit: int | None = None, where: str | None = None) -> str:
-        """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen)."""
+    def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False) -> str:
+        """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen).
+
+        ``unseen``: ``value`` is not a string a prescan looked at (a caller rewrote it first), so the pattern
+        passes run whatever the prescan found.
+        """
         cleaned = clean_text(value)
         text = cleaned.text
         if cleaned.counts:
             self.report.add(cleaned.counts, where)
             self.report.add(self.policy.detector.hidden(value, cleaned.counts), where)
-        if self._patterns:
+        if self._patterns or unseen:
             text, counts = self.policy.redactor.redact(text)
             if counts:
                 self.report.add(counts, where)
