@@ -345,11 +345,15 @@ def role_turns(folded: str, starts: list[tuple[int, int]] | None = None, lenient
     Transcripts legitimately hold many role lines; what marks an injection is a ``system``/``developer``/
     ``instruction`` line followed by an instruction aimed at the model (unless it is the opening line of a
     transcript, as in a dataset sample or prompt file), or a user/assistant turn carrying such an instruction in
-    a text that is not a transcript. ``lenient`` drops both exemptions (a superset, for prescans).
+    a text that is not a transcript. ``lenient`` drops both exemptions and counts a text with more candidates
+    than ``MAX_CANDIDATES`` as one hit (a superset, for prescans: past the budget, a candidate may open a string
+    of its own).
     """
     marks: list[Any] = []
     for i, m in enumerate(_ROLE_RE.finditer(folded)):
         if i >= MAX_CANDIDATES:
+            if lenient:
+                return 1
             break
         marks.append(m)
     if not marks:
@@ -373,12 +377,15 @@ def role_turns(folded: str, starts: list[tuple[int, int]] | None = None, lenient
     return hits
 
 
-def jsonrpc_messages(folded: str, starts: list[tuple[int, int]] | None = None) -> int:
+def jsonrpc_messages(folded: str, starts: list[tuple[int, int]] | None = None, lenient: bool = False) -> int:
     """Count MCP-shaped JSON-RPC messages in text: a request or notification with an MCP method, or a result
-    shaped like an MCP result. Other JSON-RPC (Ethereum nodes, language servers) is left alone."""
+    shaped like an MCP result. Other JSON-RPC (Ethereum nodes, language servers) is left alone. ``lenient``
+    counts a text with more candidates than ``MAX_CANDIDATES`` as a hit (for prescans, as ``role_turns``)."""
     hits = 0
     for i, m in enumerate(_JSONRPC_START.finditer(folded)):
         if i >= MAX_CANDIDATES:
+            if lenient:
+                return hits + 1
             break
         window = folded[max(0, m.start() - 600):m.end() + 600]
         if _JSONRPC_METHOD.search(window) or (_JSONRPC_RESULT.search(window) and _MCP_RESULT.search(window)):

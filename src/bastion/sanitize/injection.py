@@ -125,11 +125,13 @@ class InjectionDetector:
         """False only if scanning any part of ``text`` on its own cannot find anything.
 
         Used on all strings of a JSON tree joined, so that a clean tree costs one scan instead of one per
-        string. The scan is made a superset of the per-string scans: every encoded run is probed (a joined tree
-        may hold more runs than one string's budget), and role markers count without the transcript exemption
-        (which depends on the string a marker stands in).
+        string. The scan is made a superset of the per-string scans: the whole text is scanned (each string is
+        scanned up to ``MAX_SCAN_CHARS`` on its own, wherever it sits in the joined text), every encoded run is
+        probed (a joined tree may hold more runs than one string's budget), role markers count without the
+        transcript exemption (which depends on the string a marker stands in), and a structural family with more
+        candidates than its budget counts as found (its last candidates may stand in a string of their own).
         """
-        return bool(self._scan(text[:MAX_SCAN_CHARS], 0, None, prescan=True))
+        return bool(self._scan(text, 0, None, prescan=True))
 
     def scan(self, text: str) -> Mapping[str, int]:
         """Counts keyed ``injection:<family>`` (``injection:encoded-<family>`` for what an encoded run hid)."""
@@ -163,7 +165,7 @@ class InjectionDetector:
                 if n:
                     _add(counts, "injection:role-turn", n)
             elif kind == _JSONRPC:
-                n = families.jsonrpc_messages(folded, view_spans)
+                n = families.jsonrpc_messages(folded, view_spans, lenient=prescan)
                 if n:
                     _add(counts, "injection:jsonrpc-message", n)
             elif kind == _ENCODED and depth < MAX_ENCODING_DEPTH:

@@ -42,6 +42,67 @@ def compile_any(pattern: str, path: str) -> Any:
         raise ConfigError(f"invalid regular expression: {exc}", path=path) from None
 
 
+def relax_anchors(pattern: str) -> str:
+    """``pattern`` with every text anchor (``^``, ``$``, ``\\A``, ``\\z``, in or out of ``(?m)``) replaced by an
+    empty group.
+
+    Taking an assertion out can only let a pattern match more, so the result matches wherever ``pattern`` does.
+    Prescans need this: they search many strings joined into one text, where a string's start is no longer the
+    text's start. ``^``/``$`` inside a character class and escaped ones (``\\^``, ``\\$``, ``\\Q...\\E``) are
+    literals and stay. Word boundaries need nothing: the separators are non-word characters, as a text's edges are.
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1:i + 2]
+            if nxt in ("A", "z"):
+                out.append("(?:)")
+                i += 2
+            elif nxt == "Q":
+                end = pattern.find("\\E", i + 2)
+                end = n if end < 0 else end + 2
+                out.append(pattern[i:end])
+                i = end
+            else:
+                out.append(pattern[i:i + 2])
+                i += 2
+        elif c == "[":
+            end = _class_end(pattern, i)
+            out.append(pattern[i:end])
+            i = end
+        elif c in "^$":
+            out.append("(?:)")
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index just past the character class opening at ``start`` (RE2 syntax: a leading ``^`` negates, a
+    ``]`` right after the opening is a literal, ``[:alpha:]`` names a class, a backslash escapes)."""
+    n = len(pattern)
+    j = start + 1
+    if pattern[j:j + 1] == "^":
+        j += 1
+    if pattern[j:j + 1] == "]":
+        j += 1
+    while j < n:
+        c = pattern[j]
+        if c == "\\":
+            j += 2
+        elif c == "[" and pattern[j + 1:j + 2] == ":" and (close := pattern.find(":]", j + 2)) >= 0:
+            j = close + 2
+        elif c == "]":
+            return j + 1
+        else:
+            j += 1
+    return n
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     index: int  # which pattern, in the order given
@@ -52,7 +113,7 @@ class Hit:
 class PatternSet:
     """Immutable after construction; safe to share between concurrent calls."""
 
-    __slots__ = ("_fallback", "_progs", "_set", "_set_to_index", "_slots")
+    __slots__ = ("_fallback", "_joined", "_progs", "_set", "_set_to_index", "_slots")
 
     def __init__(self, patterns: Sequence[str], *, group: str = "secret", path: str = "patterns") -> None:
         self._progs: list[Any] = []
@@ -73,6 +134,18 @@ class PatternSet:
         if self._set_to_index:
             rset.Compile()
             self._set = rset
+        # The set ``may_match_joined`` runs: the same patterns with their anchors relaxed (most have none).
+        self._joined: Any | None = self._set
+        relaxed = [relax_anchors(patterns[i]) for i in self._set_to_index]
+        if relaxed != [patterns[i] for i in self._set_to_index]:
+            joined = re2.Set.SearchSet(_options())
+            try:
+                for pattern in relaxed:
+                    joined.Add(pattern)
+                joined.Compile()
+            except re2.error:
+                joined = None  # cannot happen for a pattern RE2 took; if it did, every joined text may match
+            self._joined = joined
 
     @property
     def fallback_count(self) -> int:
@@ -90,6 +163,19 @@ class PatternSet:
     def may_match(self, text: str) -> bool:
         """False only if no pattern can match anywhere in ``text`` (one RE2 pass)."""
         return bool(self._fallback) or (self._set is not None and bool(self._set.Match(text)))
+
+    def may_match_joined(self, text: str) -> bool:
+        """``may_match`` for many strings joined by separators that begin and end with ``\\n`` and hold no word
+        character: False only if no pattern can match anywhere in any of the strings on its own.
+
+        A match inside one string is a match inside the joined text, except where it needs that string's edges:
+        word boundaries and ``(?m)`` anchors see the separator as they saw the edge, and the other anchors are
+        relaxed (``relax_anchors``). A match spanning two strings is a false positive, which only costs the
+        per-string passes.
+        """
+        if self._fallback or (self._set is not None and self._joined is None):
+            return True
+        return self._joined is not None and bool(self._joined.Match(text))
 
     def hits(self, text: str, accept: Callable[[Hit], bool] | None = None) -> list[Hit]:
         """Non-overlapping accepted hits: leftmost span first, then longest, then the earlier pattern.

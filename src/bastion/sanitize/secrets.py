@@ -169,6 +169,10 @@ class Redactor:
     def may_match(self, text: str) -> bool:
         return bool(self._ids) and self._set.may_match(text)
 
+    def may_match_joined(self, text: str) -> bool:
+        """``may_match`` for strings joined by separators (``PatternSet.may_match_joined``)."""
+        return bool(self._ids) and self._set.may_match_joined(text)
+
     def redact(self, text: str) -> tuple[str, Mapping[str, int]]:
         """``text`` with every secret replaced by ``[REDACTED:<rule-id>]``, and counts keyed ``secret:<rule-id>``."""
         if not self._ids:

@@ -11,11 +11,14 @@ from typing import Any
 
 from bastion.sanitize.config import EffectiveSanitizePolicy
 from bastion.sanitize.report import SanitizeReport
-from bastion.sanitize.text import clean_text
+from bastion.sanitize.text import clean_text, needs_cleaning
 
 __all__ = ["MAX_DEPTH", "StringSanitizer", "truncate_utf8", "truncation_marker"]
 
 MAX_DEPTH = 64
+# Between the strings a prescan joins: line breaks, so that word boundaries and (?m) anchors see a string's edges
+# as they would alone, around a NUL, which no secret rule or injection pattern lets a match cross.
+PRESCAN_SEPARATOR = "\n\x00\n"
 
 
 def truncation_marker(omitted: int) -> str:
@@ -42,14 +45,18 @@ class StringSanitizer:
         # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
         self._patterns = True
 
-    def string(self, value: str, limit: int | None = None, where: str | None = None) -> str:
-        """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen)."""
+    def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False) -> str:
+        """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen).
+
+        ``unseen``: ``value`` is not a string a prescan looked at (a caller rewrote it first), so the pattern
+        passes run whatever the prescan found.
+        """
         cleaned = clean_text(value)
         text = cleaned.text
         if cleaned.counts:
             self.report.add(cleaned.counts, where)
             self.report.add(self.policy.detector.hidden(value, cleaned.counts), where)
-        if self._patterns:
+        if self._patterns or unseen:
             text, counts = self.policy.redactor.redact(text)
             if counts:
                 self.report.add(counts, where)
@@ -70,13 +77,24 @@ class StringSanitizer:
 
     def prescan(self, value: Any) -> str | None:
         """One RE2 pass per pattern set over all strings of ``value`` (see ``Sanitizer.json_tree``); lasts for this
-        walk. Returns the strings joined as scanned, or None when ``value`` was too deep to collect whole."""
+        walk. Returns the strings joined as scanned, or None when ``value`` was too deep to collect whole.
+
+        Skipping the pattern passes is sound only if the prescan sees what they would see: each string as
+        ``string()`` hands it to the matchers, that is cleaned (an invisible character that splits a secret is
+        gone by then), and matched as if alone (anchors relaxed, ``PatternSet.may_match_joined``; the detector's
+        prescan is a superset of its per-string scans, ``InjectionDetector.may_match``).
+        """
         strings: list[str] = []
         if not _collect(value, strings, 0):
             self._patterns = True  # not every string was seen: scan each one as it is walked
             return None
-        joined = "\n\x00\n".join(strings)
-        self._patterns = self.policy.redactor.may_match(joined) or self.policy.detector.may_match(joined)
+        joined = PRESCAN_SEPARATOR.join(strings)
+        # Cleaning is per string (its CR and joiner rules look at neighbours), so a tree with anything to clean
+        # is joined again from its cleaned strings; one C-speed search says whether any string has (the rare case).
+        if strings and needs_cleaning(joined, len(strings) - 1):
+            joined = PRESCAN_SEPARATOR.join([clean_text(s).text for s in strings])
+        self._patterns = (self.policy.redactor.may_match_joined(joined)
+                          or self.policy.detector.may_match(joined))
         return joined
 
 

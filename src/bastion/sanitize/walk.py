@@ -194,7 +194,8 @@ class Walker:
         # Printable ASCII has nothing to hide: skip counting before and after.
         marking = self.mark_hidden and not (value.isascii() and value.isprintable())
         hidden_before = self._hidden() if marking else 0
-        out = self.s.string(value, limit if limit is not None else self.limit, where)
+        # A cut trace is a new text (its message line and a marker): no prescan judged it.
+        out = self.s.string(value, limit if limit is not None else self.limit, where, unseen=value is not given)
         if self.refs is not None and not (self._refs_absent and out is given):
             out, n = self.refs.apply(out, self.neutralise_refs)
             if n:
