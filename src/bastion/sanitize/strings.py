@@ -11,6 +11,7 @@ from typing import Any
 
 from bastion.sanitize.config import EffectiveSanitizePolicy
 from bastion.sanitize.report import SanitizeReport
+from bastion.sanitize.secrets import member_text
 from bastion.sanitize.text import clean_text, needs_cleaning
 
 __all__ = ["MAX_DEPTH", "StringSanitizer", "truncate_utf8", "truncation_marker"]
@@ -45,11 +46,13 @@ class StringSanitizer:
         # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
         self._patterns = True
 
-    def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False) -> str:
+    def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False,
+               key: str | None = None) -> str:
         """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen).
 
         ``unseen``: ``value`` is not a string a prescan looked at (a caller rewrote it first), so the pattern
-        passes run whatever the prescan found.
+        passes run whatever the prescan found. ``key``: the object key ``value`` sits under, which the secret
+        rules see before it (``Redactor.redact``); the key itself is not rewritten here.
         """
         cleaned = clean_text(value)
         text = cleaned.text
@@ -57,7 +60,8 @@ class StringSanitizer:
             self.report.add(cleaned.counts, where)
             self.report.add(self.policy.detector.hidden(value, cleaned.counts), where)
         if self._patterns or unseen:
-            text, counts = self.policy.redactor.redact(text)
+            context = clean_text(key).text if key is not None else None
+            text, counts = self.policy.redactor.redact(text, context)
             if counts:
                 self.report.add(counts, where)
             text, counts = self.policy.detector.apply(text, self.policy.injection)
@@ -85,21 +89,41 @@ class StringSanitizer:
         prescan is a superset of its per-string scans, ``InjectionDetector.may_match``).
         """
         strings: list[str] = []
-        if not _collect(value, strings, 0):
+        pairs: list[int] = []
+        if not _collect(value, strings, pairs, 0):
             self._patterns = True  # not every string was seen: scan each one as it is walked
             return None
         joined = PRESCAN_SEPARATOR.join(strings)
         # Cleaning is per string (its CR and joiner rules look at neighbours), so a tree with anything to clean
         # is joined again from its cleaned strings; one C-speed search says whether any string has (the rare case).
         if strings and needs_cleaning(joined, len(strings) - 1):
-            joined = PRESCAN_SEPARATOR.join([clean_text(s).text for s in strings])
-        self._patterns = (self.policy.redactor.may_match_joined(joined)
+            strings = [clean_text(s).text for s in strings]
+            joined = PRESCAN_SEPARATOR.join(strings)
+        self._patterns = (self._secrets_may_match(strings, pairs, joined)
                           or self.policy.detector.may_match(joined))
         return joined
 
+    def _secrets_may_match(self, strings: list[str], pairs: list[int], joined: str) -> bool:
+        """Whether a secret rule can match a string, a key, or a member as ``string(..., key=)`` shows it to the
+        rules (``member_text``). The detector gets ``joined`` instead: its patterns need each string's edges."""
+        redactor = self.policy.redactor
+        if not pairs or not redactor.rule_ids:
+            return redactor.may_match_joined(joined)
+        # Each key with its string value becomes one member; the member holds the key and the value between
+        # quotes, non-word characters, where the relaxed patterns match whatever matches them alone.
+        parts: list[str] = []
+        pos = 0
+        for i in pairs:
+            parts.extend(strings[pos:i])
+            parts.append(member_text(strings[i], strings[i + 1]))
+            pos = i + 2
+        parts.extend(strings[pos:])
+        return redactor.may_match_joined(PRESCAN_SEPARATOR.join(parts))
 
-def _collect(value: Any, out: list[str], depth: int) -> bool:
-    """Append every string and key of ``value``; False when it is nested too deep to collect whole."""
+
+def _collect(value: Any, out: list[str], pairs: list[int], depth: int) -> bool:
+    """Append every string and key of ``value``, and to ``pairs`` the index in ``out`` of each key directly
+    followed by its string value; False when ``value`` is nested too deep to collect whole."""
     if isinstance(value, str):
         out.append(value)
     elif depth > 2 * MAX_DEPTH:
@@ -107,17 +131,21 @@ def _collect(value: Any, out: list[str], depth: int) -> bool:
     elif isinstance(value, dict):
         append = out.append
         for key, item in value.items():
+            # A string member is appended here rather than in a call of its own (most members are strings).
+            if isinstance(item, str):
+                if isinstance(key, str):
+                    pairs.append(len(out))
+                    append(key)
+                append(item)
+                continue
             if isinstance(key, str):
                 append(key)
-            # A string member is appended here rather than in a call of its own (most members are strings).
-            if type(item) is str:
-                append(item)
-            elif not _collect(item, out, depth + 1):
+            if not _collect(item, out, pairs, depth + 1):
                 return False
     elif isinstance(value, list):
         for item in value:
             if type(item) is str:
                 out.append(item)
-            elif not _collect(item, out, depth + 1):
+            elif not _collect(item, out, pairs, depth + 1):
                 return False
     return True
