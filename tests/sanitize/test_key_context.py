@@ -22,7 +22,7 @@ from bastion.sanitize.config import SanitizeConfig
 from bastion.sanitize.definitions import sanitize_tool_definition
 from bastion.sanitize.links import secret_key
 from bastion.sanitize.result import Sanitizer, sanitize_error, sanitize_notification, sanitize_reply, sanitize_result
-from bastion.sanitize.secrets import Redactor, SecretsPolicy, member_text
+from bastion.sanitize.secrets import Redactor, SecretsPolicy, member_text, members_text
 from bastion.sanitize.strings import StringSanitizer
 from tests.sanitize.test_secrets import NEGATIVE, POSITIVE
 
@@ -321,8 +321,26 @@ def test_structured_output_never_reveals_what_plain_text_redacts(key: str, value
     assert all(f == plain for f in found), (plain, found)
 
 
+def _hide(text: str, at: int, char: str) -> str:
+    at %= len(text) + 1
+    return text[:at] + char + text[at:]
+
+
+# Keys and values, some split by a character cleaning removes (the prescan then joins the cleaned strings).
+_HIDDEN = st.sampled_from(["", "\u200b", "\u2060", "\x1b[0m", "\ufeff"])
+_HIDDEN_KEYS = st.builds(_hide, _KEYS, st.integers(0, 30), _HIDDEN)
+_HIDDEN_VALUES = st.builds(_hide, _VALUES, st.integers(0, 80), _HIDDEN)
+
+
+def test_members_text_holds_each_member() -> None:
+    flat = ["password", "Xk9mQ2vL8pR4tZ7w", "a", "", "", "b"]
+    joined = members_text(flat)
+    for key, value in zip(flat[::2], flat[1::2], strict=True):
+        assert member_text(key, value) in joined
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(members=st.lists(st.tuples(_KEYS, _VALUES), min_size=1, max_size=6),
+@given(members=st.lists(st.tuples(_HIDDEN_KEYS, _HIDDEN_VALUES), min_size=1, max_size=6),
        noise=st.lists(st.sampled_from(["ok", "item-1", "\u200b", "build"]), max_size=4))
 def test_prescan_never_skips_a_member_the_passes_redact(members: list[tuple[str, str]], noise: list[str]) -> None:
     tree = {"rows": [{k: v} for k, v in members], "notes": noise, **{f"m{i}": {k: v} for i, (k, v) in

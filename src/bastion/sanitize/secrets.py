@@ -132,14 +132,30 @@ class SecretsPolicy:
         return tuple(r for r in (*rule_pack(), *self.extra_rules) if r.id not in self.disable)
 
 
+# A member as JSON text shows it: "<key>": "<value>".
+_OPEN, _BETWEEN, _CLOSE = '"', '": "', '"'
+
+
 def member_text(key: str, value: str) -> str:
     """A string value under an object key as the rules see it: the member as JSON text shows it, unescaped.
 
     Rules such as ``generic-secret`` or ``gcp-service-account-key-id`` need the key before the value; parsed JSON
-    hands the two over apart. The value starts at ``len(key) + 5``; escaping is left out so that a span of the
-    member maps back onto the value character for character.
+    hands the two over apart. The value starts at ``value_offset(key)``; escaping is left out so that a span of
+    the member maps back onto the value character for character.
     """
-    return f'"{key}": "{value}"'
+    return f"{_OPEN}{key}{_BETWEEN}{value}{_CLOSE}"
+
+
+def value_offset(key: str) -> int:
+    return len(_OPEN) + len(key) + len(_BETWEEN)
+
+
+def members_text(flat: Sequence[str]) -> str:
+    """The ``member_text`` of each (key, value) of ``flat`` (key, value, key, value...) run together, for a
+    prescan: each is a slice with a non-word character on either side (``PatternSet.may_match_joined``), and one
+    join builds them all. A match across two members is a false positive, which only costs the per-string passes.
+    """
+    return _OPEN + _BETWEEN.join(flat) + _CLOSE
 
 
 def shannon_entropy(value: str) -> float:
@@ -205,7 +221,7 @@ class Redactor:
             if not candidates:
                 return text, NO_COUNTS
             hits = self._set.hits(text, self._acceptor(text), candidates)
-            start = len(key) + 5
+            start = value_offset(key)
             end = start + len(text)
             in_member = self._acceptor(member)
 

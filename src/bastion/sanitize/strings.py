@@ -11,7 +11,7 @@ from typing import Any
 
 from bastion.sanitize.config import EffectiveSanitizePolicy
 from bastion.sanitize.report import SanitizeReport
-from bastion.sanitize.secrets import member_text
+from bastion.sanitize.secrets import members_text
 from bastion.sanitize.text import clean_text, needs_cleaning
 
 __all__ = ["MAX_DEPTH", "StringSanitizer", "truncate_utf8", "truncation_marker"]
@@ -88,64 +88,61 @@ class StringSanitizer:
         gone by then), and matched as if alone (anchors relaxed, ``PatternSet.may_match_joined``; the detector's
         prescan is a superset of its per-string scans, ``InjectionDetector.may_match``).
         """
-        strings: list[str] = []
-        pairs: list[int] = []
-        if not _collect(value, strings, pairs, 0):
+        loose: list[str] = []
+        members: list[str] = []
+        if not _collect(value, loose, members, 0):
             self._patterns = True  # not every string was seen: scan each one as it is walked
             return None
-        joined = PRESCAN_SEPARATOR.join(strings)
+        # Order does not matter to a prescan, only that each string stands between separators.
+        joined = PRESCAN_SEPARATOR.join(loose + members)
         # Cleaning is per string (its CR and joiner rules look at neighbours), so a tree with anything to clean
         # is joined again from its cleaned strings; one C-speed search says whether any string has (the rare case).
-        if strings and needs_cleaning(joined, len(strings) - 1):
-            strings = [clean_text(s).text for s in strings]
-            joined = PRESCAN_SEPARATOR.join(strings)
-        self._patterns = (self._secrets_may_match(strings, pairs, joined)
+        count = len(loose) + len(members)
+        if count and needs_cleaning(joined, count - 1):
+            loose = [clean_text(s).text for s in loose]
+            members = [clean_text(s).text for s in members]
+            joined = PRESCAN_SEPARATOR.join(loose + members)
+        self._patterns = (self._secrets_may_match(loose, members, joined)
                           or self.policy.detector.may_match(joined))
         return joined
 
-    def _secrets_may_match(self, strings: list[str], pairs: list[int], joined: str) -> bool:
+    def _secrets_may_match(self, loose: list[str], members: list[str], joined: str) -> bool:
         """Whether a secret rule can match a string, a key, or a member as ``string(..., key=)`` shows it to the
         rules (``member_text``). The detector gets ``joined`` instead: its patterns need each string's edges."""
         redactor = self.policy.redactor
-        if not pairs or not redactor.rule_ids:
+        if not members or not redactor.rule_ids:
             return redactor.may_match_joined(joined)
-        # Each key with its string value becomes one member; the member holds the key and the value between
-        # quotes, non-word characters, where the relaxed patterns match whatever matches them alone.
-        parts: list[str] = []
-        pos = 0
-        for i in pairs:
-            parts.extend(strings[pos:i])
-            parts.append(member_text(strings[i], strings[i + 1]))
-            pos = i + 2
-        parts.extend(strings[pos:])
-        return redactor.may_match_joined(PRESCAN_SEPARATOR.join(parts))
+        # A member holds its key and its value between quotes, non-word characters, where the relaxed patterns
+        # match whatever matches either alone: the members stand for their keys and values.
+        return redactor.may_match_joined(PRESCAN_SEPARATOR.join(loose) + PRESCAN_SEPARATOR + members_text(members))
 
 
-def _collect(value: Any, out: list[str], pairs: list[int], depth: int) -> bool:
-    """Append every string and key of ``value``, and to ``pairs`` the index in ``out`` of each key directly
-    followed by its string value; False when ``value`` is nested too deep to collect whole."""
+def _collect(value: Any, loose: list[str], members: list[str], depth: int) -> bool:
+    """Append every key with its string value to ``members`` (key, value, key, value...) and every other string
+    and key of ``value`` to ``loose``; False when ``value`` is nested too deep to collect whole."""
     if isinstance(value, str):
-        out.append(value)
+        loose.append(value)
     elif depth > 2 * MAX_DEPTH:
         return False
     elif isinstance(value, dict):
-        append = out.append
+        append = loose.append
         for key, item in value.items():
             # A string member is appended here rather than in a call of its own (most members are strings).
             if isinstance(item, str):
                 if isinstance(key, str):
-                    pairs.append(len(out))
-                    append(key)
-                append(item)
+                    members.append(key)
+                    members.append(item)
+                else:
+                    append(item)
                 continue
             if isinstance(key, str):
                 append(key)
-            if not _collect(item, out, pairs, depth + 1):
+            if not _collect(item, loose, members, depth + 1):
                 return False
     elif isinstance(value, list):
         for item in value:
             if type(item) is str:
-                out.append(item)
-            elif not _collect(item, out, pairs, depth + 1):
+                loose.append(item)
+            elif not _collect(item, loose, members, depth + 1):
                 return False
     return True
