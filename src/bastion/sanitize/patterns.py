@@ -160,6 +160,23 @@ class PatternSet:
         found.extend(self._fallback)
         return sorted(found)
 
+    def candidates_relaxed(self, text: str) -> list[int]:
+        """``candidates`` with anchors relaxed (``relax_anchors``): a superset of the patterns that match in
+        ``text`` or in any slice of it standing alone, provided the characters around the slice are not word
+        characters. (RE2 has no lookaround: only anchors, relaxed here, and word boundaries, which such a
+        neighbour satisfies as an edge does, look past a match.) ``Redactor.redact`` runs this one pass for a
+        JSON member and for the value and key inside it.
+        """
+        if self._set is not None and self._joined is None:
+            return list(range(len(self._progs)))
+        found: list[int] = []
+        if self._joined is not None:
+            matched = self._joined.Match(text)
+            if matched:
+                found.extend(self._set_to_index[j] for j in matched)
+        found.extend(self._fallback)
+        return sorted(found)
+
     def may_match(self, text: str) -> bool:
         """False only if no pattern can match anywhere in ``text`` (one RE2 pass)."""
         return bool(self._fallback) or (self._set is not None and bool(self._set.Match(text)))
@@ -177,13 +194,15 @@ class PatternSet:
             return True
         return self._joined is not None and bool(self._joined.Match(text))
 
-    def hits(self, text: str, accept: Callable[[Hit], bool] | None = None) -> list[Hit]:
+    def hits(self, text: str, accept: Callable[[Hit], bool] | None = None,
+             candidates: list[int] | None = None) -> list[Hit]:
         """Non-overlapping accepted hits: leftmost span first, then longest, then the earlier pattern.
 
         ``accept`` filters before overlaps are resolved, so a rejected generic match never hides a specific one.
+        ``candidates``: the patterns to run, when the caller already knows a superset of those that occur.
         """
         raw: list[Hit] = []
-        for i in self.candidates(text):
+        for i in self.candidates(text) if candidates is None else candidates:
             prog, slot = self._progs[i], self._slots[i]
             for m in prog.finditer(text):
                 start, end = m.span(slot) if slot is not None else m.span()

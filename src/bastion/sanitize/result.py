@@ -104,8 +104,14 @@ class Sanitizer(StringSanitizer):
             out: dict[Any, Any] = {}
             changed = False
             for key, item in value.items():
-                new_key = self.string(key) if isinstance(key, str) else key
-                new_item = self.json_value(item, depth + 1)
+                if isinstance(key, str):
+                    new_key = self.string(key)
+                    # A string member is matched with its key before it (``Redactor.redact``); the key stays.
+                    new_item = (self.string(item, self.policy.max_item_bytes, key=key) if isinstance(item, str)
+                                else self.json_value(item, depth + 1))
+                else:
+                    new_key = key
+                    new_item = self.json_value(item, depth + 1)
                 changed = changed or new_key != key or new_item is not item
                 out[new_key] = new_item
             return out if changed else value

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from bastion.errors import ConfigError
-from bastion.sanitize.patterns import Hit, PatternSet, compile_any
+from bastion.sanitize.patterns import Hit, PatternSet, compile_any, non_overlapping
 from bastion.sanitize.text import NO_COUNTS
 
 _RULE_KEYS = frozenset({"id", "pattern", "description", "min_entropy"})
@@ -132,6 +132,32 @@ class SecretsPolicy:
         return tuple(r for r in (*rule_pack(), *self.extra_rules) if r.id not in self.disable)
 
 
+# A member as JSON text shows it: "<key>": "<value>".
+_OPEN, _BETWEEN, _CLOSE = '"', '": "', '"'
+
+
+def member_text(key: str, value: str) -> str:
+    """A string value under an object key as the rules see it: the member as JSON text shows it, unescaped.
+
+    Rules such as ``generic-secret`` or ``gcp-service-account-key-id`` need the key before the value; parsed JSON
+    hands the two over apart. The value starts at ``value_offset(key)``; escaping is left out so that a span of
+    the member maps back onto the value character for character.
+    """
+    return f"{_OPEN}{key}{_BETWEEN}{value}{_CLOSE}"
+
+
+def value_offset(key: str) -> int:
+    return len(_OPEN) + len(key) + len(_BETWEEN)
+
+
+def members_text(flat: Sequence[str]) -> str:
+    """The ``member_text`` of each (key, value) of ``flat`` (key, value, key, value...) run together, for a
+    prescan: each is a slice with a non-word character on either side (``PatternSet.may_match_joined``), and one
+    join builds them all. A match across two members is a false positive, which only costs the per-string passes.
+    """
+    return _OPEN + _BETWEEN.join(flat) + _CLOSE
+
+
 def shannon_entropy(value: str) -> float:
     """Bits per character of ``value``'s own character distribution."""
     if not value:
@@ -173,19 +199,39 @@ class Redactor:
         """``may_match`` for strings joined by separators (``PatternSet.may_match_joined``)."""
         return bool(self._ids) and self._set.may_match_joined(text)
 
-    def redact(self, text: str) -> tuple[str, Mapping[str, int]]:
-        """``text`` with every secret replaced by ``[REDACTED:<rule-id>]``, and counts keyed ``secret:<rule-id>``."""
+    def redact(self, text: str, key: str | None = None) -> tuple[str, Mapping[str, int]]:
+        """``text`` with every secret replaced by ``[REDACTED:<rule-id>]``, and counts keyed ``secret:<rule-id>``.
+
+        ``key``: ``text`` is a string value under that object key (cleaned as the value is). The rules then also
+        run on the member (``member_text``), and what a hit there covers of the value is redacted as well, so
+        ``{"password": "..."}`` parsed from JSON loses what the same text unparsed would. A hit is judged
+        (``min_entropy``, allow lists) on its whole span, as in the text; only its part inside the value is
+        replaced (a rule with no ``secret`` group may take the key name along, and keys are never rewritten).
+        The value's own hits still count: an anchored admin rule matches it only alone.
+        """
         if not self._ids:
             return text, NO_COUNTS
+        if key is None or not text:
+            hits = self._set.hits(text, self._acceptor(text))
+        else:
+            member = member_text(key, text)
+            # One relaxed RE2 pass over the member says which rules can occur in it, in the value alone or in
+            # the key alone (``PatternSet.candidates_relaxed``): the same one pass a value alone costs.
+            candidates = self._set.candidates_relaxed(member)
+            if not candidates:
+                return text, NO_COUNTS
+            hits = self._set.hits(text, self._acceptor(text), candidates)
+            start = value_offset(key)
+            end = start + len(text)
+            in_member = self._acceptor(member)
 
-        def accept(hit: Hit) -> bool:
-            value = text[hit.start:hit.end]
-            if value in self._allow_values or any(p.fullmatch(value) for p in self._allow):
-                return False
-            threshold = self._min_entropy[hit.index]
-            return threshold is None or shannon_entropy(value) >= threshold
+            def in_value(hit: Hit) -> bool:
+                return hit.start < end and hit.end > start and in_member(hit)
 
-        hits = self._set.hits(text, accept)
+            extra = self._set.hits(member, in_value, candidates)
+            if extra:
+                hits = non_overlapping([*hits, *(Hit(h.index, max(h.start, start) - start,
+                                                     min(h.end, end) - start) for h in extra)])
         if not hits:
             return text, NO_COUNTS
         parts: list[str] = []
@@ -196,7 +242,19 @@ class Redactor:
             parts.append(text[pos:hit.start])
             parts.append(f"[REDACTED:{rule_id}]")
             pos = hit.end
-            key = f"secret:{rule_id}"
-            counts[key] = counts.get(key, 0) + 1
+            name = f"secret:{rule_id}"
+            counts[name] = counts.get(name, 0) + 1
         parts.append(text[pos:])
         return "".join(parts), counts
+
+    def _acceptor(self, text: str) -> Callable[[Hit], bool]:
+        """Whether a hit in ``text`` is redacted: not an allowed value, and entropic enough for its rule."""
+
+        def accept(hit: Hit) -> bool:
+            value = text[hit.start:hit.end]
+            if value in self._allow_values or any(p.fullmatch(value) for p in self._allow):
+                return False
+            threshold = self._min_entropy[hit.index]
+            return threshold is None or shannon_entropy(value) >= threshold
+
+        return accept

@@ -11,6 +11,7 @@ from typing import Any
 
 from bastion.sanitize.config import EffectiveSanitizePolicy
 from bastion.sanitize.report import SanitizeReport
+from bastion.sanitize.secrets import members_text
 from bastion.sanitize.text import clean_text, needs_cleaning
 
 __all__ = ["MAX_DEPTH", "StringSanitizer", "truncate_utf8", "truncation_marker"]
@@ -45,11 +46,13 @@ class StringSanitizer:
         # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
         self._patterns = True
 
-    def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False) -> str:
+    def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False,
+               key: str | None = None) -> str:
         """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen).
 
         ``unseen``: ``value`` is not a string a prescan looked at (a caller rewrote it first), so the pattern
-        passes run whatever the prescan found.
+        passes run whatever the prescan found. ``key``: the object key ``value`` sits under, which the secret
+        rules see before it (``Redactor.redact``); the key itself is not rewritten here.
         """
         cleaned = clean_text(value)
         text = cleaned.text
@@ -57,7 +60,8 @@ class StringSanitizer:
             self.report.add(cleaned.counts, where)
             self.report.add(self.policy.detector.hidden(value, cleaned.counts), where)
         if self._patterns or unseen:
-            text, counts = self.policy.redactor.redact(text)
+            context = clean_text(key).text if key is not None else None
+            text, counts = self.policy.redactor.redact(text, context)
             if counts:
                 self.report.add(counts, where)
             text, counts = self.policy.detector.apply(text, self.policy.injection)
@@ -84,40 +88,61 @@ class StringSanitizer:
         gone by then), and matched as if alone (anchors relaxed, ``PatternSet.may_match_joined``; the detector's
         prescan is a superset of its per-string scans, ``InjectionDetector.may_match``).
         """
-        strings: list[str] = []
-        if not _collect(value, strings, 0):
+        loose: list[str] = []
+        members: list[str] = []
+        if not _collect(value, loose, members, 0):
             self._patterns = True  # not every string was seen: scan each one as it is walked
             return None
-        joined = PRESCAN_SEPARATOR.join(strings)
+        # Order does not matter to a prescan, only that each string stands between separators.
+        joined = PRESCAN_SEPARATOR.join(loose + members)
         # Cleaning is per string (its CR and joiner rules look at neighbours), so a tree with anything to clean
         # is joined again from its cleaned strings; one C-speed search says whether any string has (the rare case).
-        if strings and needs_cleaning(joined, len(strings) - 1):
-            joined = PRESCAN_SEPARATOR.join([clean_text(s).text for s in strings])
-        self._patterns = (self.policy.redactor.may_match_joined(joined)
+        count = len(loose) + len(members)
+        if count and needs_cleaning(joined, count - 1):
+            loose = [clean_text(s).text for s in loose]
+            members = [clean_text(s).text for s in members]
+            joined = PRESCAN_SEPARATOR.join(loose + members)
+        self._patterns = (self._secrets_may_match(loose, members, joined)
                           or self.policy.detector.may_match(joined))
         return joined
 
+    def _secrets_may_match(self, loose: list[str], members: list[str], joined: str) -> bool:
+        """Whether a secret rule can match a string, a key, or a member as ``string(..., key=)`` shows it to the
+        rules (``member_text``). The detector gets ``joined`` instead: its patterns need each string's edges."""
+        redactor = self.policy.redactor
+        if not members or not redactor.rule_ids:
+            return redactor.may_match_joined(joined)
+        # A member holds its key and its value between quotes, non-word characters, where the relaxed patterns
+        # match whatever matches either alone: the members stand for their keys and values.
+        return redactor.may_match_joined(PRESCAN_SEPARATOR.join(loose) + PRESCAN_SEPARATOR + members_text(members))
 
-def _collect(value: Any, out: list[str], depth: int) -> bool:
-    """Append every string and key of ``value``; False when it is nested too deep to collect whole."""
+
+def _collect(value: Any, loose: list[str], members: list[str], depth: int) -> bool:
+    """Append every key with its string value to ``members`` (key, value, key, value...) and every other string
+    and key of ``value`` to ``loose``; False when ``value`` is nested too deep to collect whole."""
     if isinstance(value, str):
-        out.append(value)
+        loose.append(value)
     elif depth > 2 * MAX_DEPTH:
         return False
     elif isinstance(value, dict):
-        append = out.append
+        append = loose.append
         for key, item in value.items():
+            # A string member is appended here rather than in a call of its own (most members are strings).
+            if isinstance(item, str):
+                if isinstance(key, str):
+                    members.append(key)
+                    members.append(item)
+                else:
+                    append(item)
+                continue
             if isinstance(key, str):
                 append(key)
-            # A string member is appended here rather than in a call of its own (most members are strings).
-            if type(item) is str:
-                append(item)
-            elif not _collect(item, out, depth + 1):
+            if not _collect(item, loose, members, depth + 1):
                 return False
     elif isinstance(value, list):
         for item in value:
             if type(item) is str:
-                out.append(item)
-            elif not _collect(item, out, depth + 1):
+                loose.append(item)
+            elif not _collect(item, loose, members, depth + 1):
                 return False
     return True

@@ -184,7 +184,8 @@ class Walker:
 
     # -- leaves ----------------------------------------------------------------------------------------------
 
-    def text(self, value: str, where: str | None = None, limit: int | None = None) -> str:
+    def text(self, value: str, where: str | None = None, limit: int | None = None, key: str | None = None) -> str:
+        """One string; ``key``: the object key it sits under, which the secret rules see before it."""
         given = value
         if self.one_line_traces:
             reduced = one_line(value)
@@ -195,7 +196,8 @@ class Walker:
         marking = self.mark_hidden and not (value.isascii() and value.isprintable())
         hidden_before = self._hidden() if marking else 0
         # A cut trace is a new text (its message line and a marker): no prescan judged it.
-        out = self.s.string(value, limit if limit is not None else self.limit, where, unseen=value is not given)
+        out = self.s.string(value, limit if limit is not None else self.limit, where, unseen=value is not given,
+                            key=key)
         if self.refs is not None and not (self._refs_absent and out is given):
             out, n = self.refs.apply(out, self.neutralise_refs)
             if n:
@@ -254,13 +256,14 @@ class Walker:
 
     # -- free JSON -------------------------------------------------------------------------------------------
 
-    def value(self, value: Any, where: str = "", depth: int = 0, secret: bool = False) -> Any:
-        """Every string of a JSON value; links checked, credential keys redacted (``by_key``)."""
+    def value(self, value: Any, where: str = "", depth: int = 0, secret: bool = False, key: Any = None) -> Any:
+        """Every string of a JSON value; links checked, credential keys redacted (``by_key``). ``key``: the
+        object key ``value`` is the member of, if any (the secret rules see a string with its key)."""
         if isinstance(value, str):
             if secret and value:
                 self.report.bump("secret:key-name", where)
                 return "[REDACTED:key-name]"
-            return self.text(value, where)
+            return self.text(value, where, key=key if isinstance(key, str) else None)
         if depth > MAX_DEPTH:
             self.report.bump("oversized", where)
             return TOO_DEEP
@@ -300,9 +303,9 @@ class Walker:
                 self._meta = Walker(self.s, by_key=True, mark_hidden=self.mark_hidden, refs=self.refs,
                                     neutralise_refs=self.neutralise_refs, one_line_traces=self.one_line_traces,
                                     limit=self.limit)
-            return self._meta.value(item, path, depth + 1, secret)
+            return self._meta.value(item, path, depth + 1, secret, key)
         hides = secret or (self.by_key and isinstance(key, str) and secret_key(key))
-        return self.value(item, path, depth + 1, hides)
+        return self.value(item, path, depth + 1, hides, key)
 
     def _icons(self, icons: list[Any], where: str, depth: int) -> list[Any]:
         kept: list[Any] = []
@@ -345,10 +348,10 @@ class Walker:
             elif key in _SCHEMA_SEMANTIC or key in _SCHEMA_MAPS:
                 new = self.keep(value, path)
             elif key in _SCHEMA_VALUES:
-                new = self.value(value, path, depth + 1, secret)
+                new = self.value(value, path, depth + 1, secret, key)
             else:
                 new_key = self.text(key, path, KEY_BYTES) if isinstance(key, str) else key
-                new = self.value(value, path, depth + 1)
+                new = self.value(value, path, depth + 1, key=key)
                 if new_key != key:
                     changed = True
                     out[new_key] = new
