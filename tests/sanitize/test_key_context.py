@@ -53,7 +53,7 @@ KEY_CONTEXT_RULES = {rule for rule, key, value in KEYED
 def test_the_corpus_covers_the_key_context_rules() -> None:
     # A new rule that needs its key shows up here through its positive sample (an assignment): list it, and
     # every test below runs it in every place.
-    assert {"generic-secret", "aws-secret-key", "gcp-service-account-key-id"} == KEY_CONTEXT_RULES
+    assert {"generic-secret", "aws-secret-key", "gcp-service-account-key-id", "bearer-token"} == KEY_CONTEXT_RULES
 
 
 def _plain(key: str, value: str) -> str:

@@ -68,6 +68,8 @@ POSITIVE: list[tuple[str, str, str]] = [
     ("jwt", "Bearer-less eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0 x",
      "Bearer-less [REDACTED:jwt] x"),
     ("bearer-token", "Authorization: Bearer abcDEF123456ghiJKL789", "Authorization: Bearer [REDACTED:bearer-token]"),
+    ("bearer-token", '{"Authorization": "Bearer abcDEF123456ghiJKL789"}',
+     '{"Authorization": "Bearer [REDACTED:bearer-token]"}'),
     ("url-credentials", "postgres://app:S3cr3tPassw0rd@db.internal:5432/app", "postgres://app:[REDACTED:url-credentials]@"
      "db.internal:5432/app"),
     ("generic-secret", 'DB_PASSWORD="Xk9mQ2vL8pR4tZ7w"', 'DB_PASSWORD="[REDACTED:generic-secret]"'),
