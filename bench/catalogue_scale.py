@@ -2,6 +2,7 @@
 
     python bench/catalogue_scale.py                          # 20 upstreams x 100 tools, pages of 500
     python bench/catalogue_scale.py --upstreams 5 --tools 10 --duration 1   # a quick look
+    python bench/catalogue_scale.py --cases none --profile /tmp/prof       # where the listing's CPU goes
 
 One ``upstream_fast.py --tools N`` process lists N tools of about 1.3 KB each (``echo`` and generated ones, half
 ``*_read``, half ``*_write``); the gateway has ``--upstreams`` HTTP upstreams pointing at it (``u00``, ``u01``, ...),
@@ -17,14 +18,24 @@ is a principal to filter for. Each case starts a fresh gateway (empty pin store)
 
 Cases: ``none`` (no policy: every tool is visible) and ``half`` (a policy allowing the caller the ``*_read``
 tools only, half of the catalogue). The load generator and the servers are pinned apart as in ``sidebyside.py``.
+
+``--profile DIR`` runs each gateway under cProfile switched on for the measured listing phase only (by SIGUSR1
+and SIGUSR2, so the build and the warm-up stay out of it) and writes ``DIR/<case>-<round>.prof`` (read it with
+``python -m pstats``). The profiler slows Python code down, so the CPU figures of a profiled run are not comparable.
+
+``--raw`` measures the listings on a socket of their own, replaying the first listing's requests and reading the
+answers without decoding them: the load generator decodes 2.6 MB per listing in Python, which dominates the
+latency of a decoded listing (it is the client's time, not the gateway's).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -33,6 +44,7 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from harness import ApiKey, Cpus, bastion_command, commit, started, write_config
@@ -43,6 +55,20 @@ KEY_ID = "bench"
 PUBLISHED = re.compile(rb'"tools":\s*(\d+)')
 QUIET_WINDOW = 1.0  # seconds
 QUIET_SHARE = 0.03  # of one CPU: the health probes and timers of an idle gateway stay well under it
+
+# The gateway under a profiler that only runs between SIGUSR1 (start) and SIGUSR2 (stop and write argv[1]).
+# Signal handlers run on the main thread between bytecodes, i.e. inside the event loop, so nothing is lost.
+PROFILED_GATEWAY = """
+import cProfile, signal, sys
+out, profiler = sys.argv.pop(1), cProfile.Profile()
+signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+def _stop(*_):
+    profiler.disable()
+    profiler.dump_stats(out)
+signal.signal(signal.SIGUSR2, _stop)
+from bastion.cli import main
+sys.exit(main())
+"""
 
 
 @dataclass(frozen=True)
@@ -145,37 +171,102 @@ async def list_everything(session: McpSession) -> tuple[list[dict[str, Any]], in
             return tools, pages
 
 
+class RawListing:
+    """A full listing replayed on a keep-alive socket of its own: the same requests (same ids and cursors) every
+    time, each answer read to its ``Content-Length`` and not decoded, so a listing's latency is the gateway's
+    and the wire's, not the load generator's JSON decoding of 2.6 MB. Equal answers have equal sizes: a listing
+    whose size differs from the first one's counts as an error."""
+
+    def __init__(self, url: str, headers: Mapping[str, str], cursors: Sequence[str | None]) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.requests = []
+        for i, cursor in enumerate(cursors):
+            body = orjson.dumps({"jsonrpc": "2.0", "id": f"raw-{i}", "method": "tools/list",
+                                 "params": {} if cursor is None else {"cursor": cursor}})
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            self.requests.append(f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n{head}"
+                                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        self.size: int | None = None
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+    async def list_everything(self) -> bool:
+        """One full listing; True if its answers had the size of the first listing's."""
+        size = 0
+        for request in self.requests:
+            self.writer.write(request)
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            if not head.startswith(b"HTTP/1.1 200 ") or found is None:
+                raise BenchError(f"tools/list answered {head[:200]!r}")
+            size += len(await self.reader.readexactly(int(found.group(1))))
+        if self.size is None:
+            self.size = size
+        return size == self.size
+
+
 async def load_listings(url: str, headers: Mapping[str, str], pid: int, expected: int, *, duration: float,
-                        warmup: float) -> Listing:
+                        warmup: float, profile: bool = False, raw: bool = False) -> Listing:
     session = McpSession(url, headers)
     await session.open()
+    replay: RawListing | None = None
     try:
         tools, pages = await list_everything(session)
         mean = sum(len(orjson.dumps(t)) for t in tools) / len(tools) if tools else 0.0
+        if raw:
+            cursors: list[str | None] = [None]
+            while len(cursors) < pages:
+                page = await session.request("tools/list", {} if cursors[-1] is None else {"cursor": cursors[-1]})
+                cursors.append(page["result"]["nextCursor"])
+            replay = RawListing(url, session.headers, cursors)
+            await replay.open()
+            await replay.list_everything()
+
+        async def listing() -> bool:
+            if replay is not None:
+                return await replay.list_everything()
+            seen, _ = await list_everything(session)
+            return len(seen) == expected
+
         end_warmup = time.perf_counter() + warmup
         while time.perf_counter() < end_warmup:
-            await list_everything(session)
+            await listing()
         latencies: list[float] = []
         errors = 0
+        if profile:
+            os.kill(pid, signal.SIGUSR1)
+            await asyncio.sleep(0.05)  # delivered and handled before the first measured request
         cpu0 = cpu_seconds(pid)
         end = time.perf_counter() + duration
         while time.perf_counter() < end:
             t0 = time.perf_counter()
             try:
-                seen, _ = await list_everything(session)
-                errors += len(seen) != expected
+                errors += not await listing()
             except BenchError:
                 errors += 1
             latencies.append((time.perf_counter() - t0) * 1000)
         cpu = cpu_seconds(pid) - cpu0
+        if profile:
+            os.kill(pid, signal.SIGUSR2)
+            await asyncio.sleep(0.5)  # written before the gateway is stopped
     finally:
+        if replay is not None:
+            await replay.close()
         await session.close()
     return Listing(listings=len(latencies), errors=errors, cpu_s=cpu, latencies_ms=latencies,
                    tools_seen=len(tools), pages=pages, mean_tool_bytes=mean)
 
 
 def run_gateway(work: Path, cpus: Cpus, *, name: str, upstream_url: str, args: argparse.Namespace, key: ApiKey,
-                policy: str, tools_per_upstream: int, listing: bool) -> tuple[Build, Listing | None]:
+                policy: str, tools_per_upstream: int, listing: bool,
+                profile: Path | None = None) -> tuple[Build, Listing | None]:
     port = free_port()
     config = write_config(work / f"{name}-{port}.yaml", gateway_config(
         port=port, upstream_url=upstream_url, upstreams=args.upstreams, page_size=args.page_size, key=key,
@@ -184,7 +275,10 @@ def run_gateway(work: Path, cpus: Cpus, *, name: str, upstream_url: str, args: a
     expected = args.upstreams * tools_per_upstream
     print(f"{name}: starting a gateway with {expected} tools ...", file=sys.stderr, flush=True)
     started_at = time.perf_counter()
-    with started(bastion_command(config), cpus=cpus, log=log) as proc:
+    command = bastion_command(config)
+    if profile is not None:
+        command = [command[0], "-c", PROFILED_GATEWAY, str(profile), *command[3:]]  # in place of "-m bastion"
+    with started(command, cpus=cpus, log=log) as proc:
         build = wait_built(proc, log, expected, started_at, args.start_timeout)
         wait_ready(f"http://127.0.0.1:{port}/readyz", proc, log)
         result = None
@@ -192,7 +286,8 @@ def run_gateway(work: Path, cpus: Cpus, *, name: str, upstream_url: str, args: a
             # upstream_fast.py names its odd-numbered generated tools *_read: tools // 2 of each upstream's.
             visible = expected if policy == "none" else args.upstreams * (tools_per_upstream // 2)
             result = asyncio.run(load_listings(f"http://127.0.0.1:{port}/mcp", key.headers, proc.pid, visible,
-                                               duration=args.duration, warmup=args.warmup))
+                                               duration=args.duration, warmup=args.warmup,
+                                               profile=profile is not None, raw=args.raw))
     return build, result
 
 
@@ -238,6 +333,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="write configs, gateway logs and audit files here and keep them (default: a temp dir)")
     parser.add_argument("--cpus", help="LOADGEN:SERVERS CPUs, e.g. 0:1 (the default on 2+ CPUs), or none")
+    parser.add_argument("--raw", action="store_true",
+                        help="measure listings replayed on a raw socket, answers read but not decoded (latency "
+                             "without the load generator's JSON decoding)")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="cProfile each gateway's measured listing phase into DIR/<case>-<round>.prof")
     args = parser.parse_args(argv)
     args.case_names = [c.strip() for c in args.cases.split(",") if c.strip()]
     if not args.case_names or set(args.case_names) - set(CASES):
@@ -264,11 +364,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     cpus=cpus, port=port, log=work / f"upstream-{n}.err"))
                 urls[n] = f"http://127.0.0.1:{port}/mcp"
             cpus.pin_loadgen()
-            for _ in range(args.rounds):
+            if args.profile is not None:
+                args.profile.mkdir(parents=True, exist_ok=True)
+            for round_ in range(args.rounds):
                 measured = []
                 for case in args.case_names:
+                    profile = None if args.profile is None else args.profile / f"{case}-{round_}.prof"
                     build, listing = run_gateway(work, cpus, name=case, upstream_url=urls[args.tools], args=args,
-                                                 key=key, policy=case, tools_per_upstream=args.tools, listing=True)
+                                                 key=key, policy=case, tools_per_upstream=args.tools, listing=True,
+                                                 profile=profile)
                     assert listing is not None
                     measured.append((case, build, listing))
                 # After the cases, so that a first start's cold caches (page cache, bytecode) land on a case and
@@ -286,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Command: python bench/catalogue_scale.py {shlex.join(sys.argv[1:] if argv is None else argv)}".rstrip())
     print(f"Pinning: {cpus.describe()}")
     print(f"Catalogue: {args.upstreams} HTTP upstreams x {args.tools} tools = {args.upstreams * args.tools:,} tools, "
-          f"{mean:,.0f} bytes per tool as listed, pages of {args.page_size}; listing at c=1, {args.warmup:g} s "
+          f"{mean:,.0f} bytes per tool as listed, pages of {args.page_size}; listing at c=1"
+          f"{' (raw: answers not decoded)' if args.raw else ''}, {args.warmup:g} s "
           f"warm-up + {args.duration:g} s measured, {args.rounds} round(s)\n")
     print(table(rows))
     with suppress(StopIteration):

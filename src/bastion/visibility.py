@@ -6,8 +6,9 @@ tools, quarantine, unavailable upstreams), on the access policy in force, and on
 caller: its id, groups and the claims its rules name. So the filtered list is kept per such caller, for the
 current view and policy only: a new view (a catalogue refresh, an upstream hidden or shown) or a policy reload
 empties the cache before anything is served from it, so a caller never sees a tool that left and never misses one
-that arrived. Each tool's definition is encoded once per view and shared by every caller; a page is those bytes
-joined, handed to the response encoder as an ``orjson.Fragment``.
+that arrived. Each tool's definition is encoded once per view, as an ``orjson.Fragment`` shared by every caller; a
+page is a slice of the caller's fragments, which the response encoder copies straight into the response. Joining
+them into one page first would copy a page of 500 tools (650 KB) once more, and twice with the brackets added.
 
 Two callers share an entry only when the policy cannot tell them apart (same id, same groups, same values of the
 claims its rules read), so one caller's list is never served to another who may see something else.
@@ -45,12 +46,12 @@ class KeyedAccess(Protocol):
 class _Encoded:
     """Each tool definition of one view as JSON, made on first use and shared by every caller's pages."""
 
-    by_name: dict[str, bytes] = field(default_factory=dict)
+    by_name: dict[str, orjson.Fragment] = field(default_factory=dict)
 
-    def of(self, entry: ToolEntry) -> bytes:
+    def of(self, entry: ToolEntry) -> orjson.Fragment:
         encoded = self.by_name.get(entry.public_name)
         if encoded is None:
-            encoded = self.by_name[entry.public_name] = orjson.dumps(dict(entry.definition))
+            encoded = self.by_name[entry.public_name] = orjson.Fragment(orjson.dumps(dict(entry.definition)))
         return encoded
 
 
@@ -61,20 +62,26 @@ class Listing:
     tools: tuple[ToolEntry, ...]
     names: tuple[str, ...]
     hidden: int  # tools of the catalogue this caller does not see (policy, quarantine, unavailable upstreams)
-    _encoded: _Encoded
+    _encoder: _Encoded
+    # Each of ``tools`` as JSON, for a listing that is cached: a page is then a tuple slice (references only).
+    # None for a listing made for one request, which encodes only the page it serves.
+    _encoded: tuple[orjson.Fragment, ...] | None
 
-    def page(self, cursor: Any, size: int) -> tuple[orjson.Fragment, str | None]:
-        """The page after ``cursor`` as a JSON array ready to embed in a response, and the next cursor."""
+    def page(self, cursor: Any, size: int) -> tuple[tuple[orjson.Fragment, ...], str | None]:
+        """The page after ``cursor`` as a tuple of encoded tools (orjson writes it as a JSON array of them, the
+        bytes a list of the definitions would give), and the next cursor."""
         start, end, next_cursor = cat.page(self.names, cursor, size)
-        encoded = self._encoded.of
-        return orjson.Fragment(b"[" + b",".join([encoded(t) for t in self.tools[start:end]]) + b"]"), next_cursor
+        if self._encoded is not None:
+            return self._encoded[start:end], next_cursor
+        return tuple(map(self._encoder.of, self.tools[start:end])), next_cursor
 
 
-def _listing(view: View, access: AccessControl, principal: Principal, encoded: _Encoded) -> Listing:
+def _listing(view: View, access: AccessControl, principal: Principal, encoder: _Encoded, *, cached: bool) -> Listing:
     total = view.catalogue.tools
     tools = tuple(t for t in total if t.public_name not in view.quarantined and t.upstream not in view.unavailable
                   and access.tool_visible(principal, t))
-    return Listing(tools, tuple(t.public_name for t in tools), len(total) - len(tools), encoded)
+    return Listing(tools, tuple(t.public_name for t in tools), len(total) - len(tools), encoder,
+                   tuple(map(encoder.of, tools)) if cached else None)
 
 
 @dataclass(slots=True)
@@ -98,7 +105,7 @@ class ToolListings:
     def listing(self, view: View, access: AccessControl, principal: Principal) -> Listing:
         scope, key = _key(access, principal)
         if key is None:
-            return _listing(view, access, principal, _Encoded())
+            return _listing(view, access, principal, _Encoded(), cached=False)
         generation = self._generation
         if generation is None or generation.view is not view or generation.access is not access \
                 or generation.scope is not scope:
@@ -109,7 +116,7 @@ class ToolListings:
         if found is not None:
             listings.move_to_end(key)
             return found
-        found = listings[key] = _listing(view, access, principal, generation.encoded)
+        found = listings[key] = _listing(view, access, principal, generation.encoded, cached=True)
         if len(listings) > self._max:
             listings.popitem(last=False)
         return found
@@ -122,8 +129,11 @@ _EVERYONE: tuple[str, ...] = ()
 
 
 def _key(access: AccessControl, principal: Principal) -> tuple[object, Hashable | None]:
-    if isinstance(access, KeyedAccess):
-        keyed = access.visibility_key(principal)
+    # What ``isinstance(access, KeyedAccess)`` decides, without the runtime protocol check (typing walks the
+    # protocol's members on every call: about a tenth of a page's Python time in a profile of tools/list).
+    visibility_key = getattr(access, "visibility_key", None)
+    if visibility_key is not None:
+        keyed: tuple[object, Hashable] | None = visibility_key(principal)
         return (None, None) if keyed is None else keyed
     if not access.per_principal:
         return None, _EVERYONE  # what a caller sees does not depend on who it is

@@ -7,6 +7,7 @@ that the table has the rows and columns the docs quote.
 
 from __future__ import annotations
 
+import pstats
 import re
 import subprocess
 import sys
@@ -54,3 +55,16 @@ def test_generated_tools_are_the_size_the_scenario_claims(bench_modules: None) -
     assert min(sizes) >= 1200 and max(sizes) <= 1400
     status, body, _ = answer({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, catalogue)
     assert status == 200 and len(orjson.loads(body)["result"]["tools"]) == 100
+
+
+def test_raw_listings_are_measured_and_the_listing_phase_profiled(tmp_path: Path) -> None:
+    done = run("--upstreams", "2", "--tools", "5", "--page-size", "4", "--duration", "0.3", "--warmup", "0",
+               "--cases", "none", "--raw", "--profile", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(raw: answers not decoded)" in done.stdout
+    (header, row), = tables(done.stdout)
+    measured = dict(zip(header, row, strict=True))
+    assert measured["errors"] == "0" and int(measured["listings"]) > 0 and measured["pages"] == "3"
+    # The profile holds the listing phase: the gateway's tools/list handler ran while it was on.
+    stats = pstats.Stats(str(tmp_path / "none-0.prof"))
+    assert any(name == "_tools_list" for (_, _, name) in stats.stats)

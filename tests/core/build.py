@@ -254,13 +254,18 @@ class Core:
     async def rpc(self, method: str, params: Mapping[str, Any] | None = None, *, scope: Scope | None = None,
                   rid: jsonrpc.RequestId = 1) -> dict[str, Any]:
         """One request through the dispatcher, as the front door hands it over after parsing. Members the
-        dispatcher hands over pre-encoded (``orjson.Fragment``: tools/list pages) are read as a client reads them."""
+        dispatcher hands over pre-encoded (tools/list pages: a tuple of ``orjson.Fragment``) are read as a client
+        reads them."""
         result = await self.dispatcher.handle(scope or client_scope(), request(method, params, rid))
-        return {k: orjson.loads(orjson.dumps(v)) if isinstance(v, orjson.Fragment) else v for k, v in result.items()}
+        return {k: orjson.loads(orjson.dumps(v)) if _encoded(v) else v for k, v in result.items()}
 
     async def refresh(self) -> None:
         """Fetch every upstream's lists again and publish (``UpstreamPool.refresh_now``)."""
         await self.pool.refresh_now()
+
+
+def _encoded(value: Any) -> bool:
+    return isinstance(value, orjson.Fragment | tuple)  # a tuple is a JSON array to a client
 
 
 def client_scope(principal: Principal = ALICE, *, era: Era = "legacy",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import uvicorn
@@ -16,18 +16,29 @@ from tests.support.net import free_port
 
 
 class _Recorded:
-    """The real transport, with each ``write`` also kept in ``writes``."""
+    """The real transport, with each ``write`` (and each gathering ``writelines``, as one) also kept in ``writes``;
+    ``gathered`` holds the parts of each ``writelines``."""
 
-    def __init__(self, transport: asyncio.Transport, writes: list[bytes]) -> None:
+    def __init__(self, transport: asyncio.Transport, writes: list[bytes], gathered: list[list[bytes]]) -> None:
         self._transport = transport
         self._writes = writes
+        self._gathered = gathered
 
     def write(self, data: bytes) -> None:
         self._writes.append(bytes(data))
         self._transport.write(data)
 
+    def writelines(self, parts: Iterable[bytes]) -> None:
+        parts = [bytes(p) for p in parts]
+        self._gathered.append(parts)
+        self._writes.append(b"".join(parts))
+        self._transport.writelines(parts)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+BIG = b'"' + b"x" * (256 * 1024) + b'"'  # a body past the size from which the head is gathered, not copied
 
 
 async def _app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -42,6 +53,11 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.body", "body": b"one", "more_body": True})
         await send({"type": "http.response.body", "body": b"two"})
         return
+    if path == "/big":
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(BIG))]})
+        await send({"type": "http.response.body", "body": BIG})
+        return
     if path == "/empty":
         await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
         await send({"type": "http.response.body", "body": b""})
@@ -54,14 +70,15 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serve() -> AsyncIterator[tuple[int, list[bytes]]]:
+async def serve(gathered: list[list[bytes]] | None = None) -> AsyncIterator[tuple[int, list[bytes]]]:
     port = free_port()
     writes: list[bytes] = []
+    gathers = [] if gathered is None else gathered
     base = front_door_protocol(FrontDoorOptions())
 
     class Recording(base):  # type: ignore[valid-type, misc]
         def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(_Recorded(transport, writes))
+            super().connection_made(_Recorded(transport, writes, gathers))
 
     config = uvicorn.Config(_app, host="127.0.0.1", port=port, http=Recording, ws="none", lifespan="off",
                             log_config=None, access_log=False, date_header=False, server_header=False)
@@ -94,6 +111,26 @@ async def test_a_json_answer_is_one_write_with_the_same_bytes() -> None:
     assert raw == (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n"
                    b"connection: close\r\n\r\n{\"ok\":true}")
     assert writes == [raw]
+
+
+async def test_a_big_answer_is_one_gathering_write_of_head_and_body() -> None:
+    """The body is handed to the transport as it is (not copied behind the head), in the same call as the head."""
+    gathered: list[list[bytes]] = []
+    async with serve(gathered) as (port, writes):
+        raw = await _get(port, "GET", "/big")
+    head = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+            % len(BIG))
+    assert raw == head + BIG
+    assert writes == [raw]
+    assert gathered == [[head, BIG]]
+
+
+async def test_a_small_answer_is_not_a_gathering_write() -> None:
+    gathered: list[list[bytes]] = []
+    async with serve(gathered) as (port, writes):
+        raw = await _get(port, "GET", "/json")
+    assert writes == [raw]
+    assert gathered == []
 
 
 async def test_an_empty_answer_of_declared_length_is_one_write() -> None:

@@ -184,7 +184,7 @@ class Dispatcher:
                 session=scope.session.id if scope.session else None, era=scope.era, principal=scope.principal,
                 client_info=scope.client_info, traceparent=self._traceparent(scope, jsonrpc.obj(params.get("_meta"))),
                 upstreams_failed=[n for n, up in (self.gw.pool.health() if self.gw.pool else {}).items() if not up]))
-        # The page comes pre-encoded (an orjson.Fragment): the response encoder embeds it as is.
+        # The page comes pre-encoded (a tuple of orjson.Fragment): the response encoder copies each tool as is.
         tools, next_cursor = listing.page(params.get("cursor"), self.gw.settings.catalogue.page_size)
         result: dict[str, Any] = {"tools": tools}
         if next_cursor is not None:

@@ -30,8 +30,8 @@ error response the connection is half-closed and what the client still sends is 
 One thing it changes on the way out: uvicorn writes a response's head and its body with one ``write`` each, that
 is two ``send`` system calls and two TCP segments (asyncio sets ``TCP_NODELAY``) for every JSON answer. A response
 that declares its length has its head held back and written together with its body (``_OneWriteCycle``): the same
-bytes, one system call. Streamed responses (no declared length) keep uvicorn's order, so an SSE stream's head
-still leaves at once.
+bytes, one system call (a gathering one for a big body, which is then not copied). Streamed responses (no declared
+length) keep uvicorn's order, so an SSE stream's head still leaves at once.
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ LINGER_S = 2.0
 LINGER_BYTES = 1024 * 1024
 # llhttp's messages for transfer codings it cannot frame (httptools exposes no error numbers).
 _TE_ERRORS = ("Request has invalid `Transfer-Encoding`", "Invalid `Transfer-Encoding` header value")
+
+# From this body size on, a held head is sent with the body by a gathering write instead of being concatenated
+# with it: copying a body costs more than gathering two buffers long before this size (a 650 KB tools/list page
+# took 0.5 ms to concatenate, page faults included).
+_GATHER_BYTES = 64 * 1024
 
 # A request line's method: a token, then a space (RFC 9110 section 9.1, RFC 9112 section 3).
 _METHOD = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64} ")
@@ -100,7 +105,14 @@ class _Prefixed:
 
     def write(self, data: bytes) -> None:
         head, self.head = self.head, b""
-        self.transport.write(head + data if head else data)
+        if not head:
+            self.transport.write(data)
+        elif len(data) < _GATHER_BYTES:
+            self.transport.write(head + data)
+        else:
+            # A big body is not copied behind its head: uvloop sends both with one writev (asyncio before 3.12
+            # joins them, as the concatenation would).
+            self.transport.writelines((head, data))
 
     def close(self) -> None:
         if self.head:

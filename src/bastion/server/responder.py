@@ -36,6 +36,21 @@ __all__ = ["Responder"]
 
 log = structlog.get_logger("bastion.http")
 
+_MESSAGE_EVENT = b"event: message\ndata: "
+
+
+def message_event(data: bytes) -> bytes:
+    """``encode_event(data, event="message")``, the same bytes, in one copy when ``data`` is a single line.
+
+    orjson writes no line break outside strings (where it escapes them), so a JSON-RPC message is one line unless
+    an embedded ``orjson.Fragment`` carries one. The general encoder normalises line breaks and splits and joins
+    the whole body: four passes and as many copies, about 0.7 ms for one 650 KB ``tools/list`` page. Two memchr
+    scans prove there is nothing to split.
+    """
+    if b"\n" in data or b"\r" in data:
+        return encode_event(data, event="message")
+    return b"".join((_MESSAGE_EVENT, data, b"\n\n"))
+
 
 class Responder:
     def __init__(self, gateway: Gateway, dispatcher: Dispatcher, ids: itertools.count[int]) -> None:
@@ -102,8 +117,8 @@ class Responder:
             # Legacy clients that accept SSE get it, as the SDK's own servers do (the conformance harness checks
             # that concurrent POST streams work); a one-event stream costs next to nothing off the call path.
             answer = await self.run(scope, msg, live)
-            return Response(encode_event(jsonrpc.dumps(answer.body), event="message"),
-                            media_type="text/event-stream", headers=SSE_HEADERS)
+            return Response(message_event(jsonrpc.dumps(answer.body)), media_type="text/event-stream",
+                            headers=SSE_HEADERS)
         emitter = scope.emitter
         if not isinstance(emitter, StreamEmitter):
             emitter = StreamEmitter(Outbox(), live if scope.era == "legacy" else None, self._ids)
@@ -130,10 +145,10 @@ class Responder:
             item: dict[str, Any] | None = first
             try:
                 while item is not None:
-                    yield encode_event(jsonrpc.dumps(item), event="message")
+                    yield message_event(jsonrpc.dumps(item))
                     item = await queue.get()
                 if final:
-                    yield encode_event(jsonrpc.dumps(final[0].body), event="message")
+                    yield message_event(jsonrpc.dumps(final[0].body))
             finally:
                 # Legacy: a dropped connection is not a cancellation (the client cancels explicitly), so the
                 # call runs to completion and is audited. Modern: closing the stream IS the cancellation.
