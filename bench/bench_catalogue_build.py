@@ -62,19 +62,8 @@ from bastion.principal import Principal  # noqa: E402
 from bastion.sanitize import SanitizeDefinitions  # noqa: E402
 from bastion.sanitize.config import SanitizeConfig  # noqa: E402
 from bastion.validation import CompileSchemas, ValidationConfig  # noqa: E402
-from bastion.view import View, ViewPublisher  # noqa: E402
-
-try:
-    from bastion.view import Reusable
-except ImportError:  # a tree from before reusable steps: every build runs every step
-    def Reusable(step: Any) -> Any:  # type: ignore[no-redef]
-        return step
-
-try:
-    from bastion.visibility import ToolListings
-except ImportError:  # a tree from before the listing cache
-    ToolListings = None  # type: ignore[assignment,misc]
-
+from bastion.view import Reusable, View, ViewPublisher  # noqa: E402
+from bastion.visibility import ToolListings  # noqa: E402
 
 # Logs as a deployment writes them (JSON at info), to nowhere: their CPU counts, their I/O does not.
 DEVNULL = open(os.devnull, "w")  # noqa: SIM115 (for the whole run)
@@ -250,12 +239,10 @@ async def main() -> None:
     for label, access, principal in (("no policy", AllowAll(), everyone),
                                       ("policy shows half", half_policy(args.upstreams), half)):
         shown = len([t for t in view.catalogue.tools if access.tool_visible(principal, t)])
+        listings = ToolListings()
         rows: list[tuple[str, Callable[[], int]]] = [
+            ("cached", lambda a=access, p=principal, c=listings: full_listing_cached(c, view, a, p, args.page_size)),
             ("uncached", lambda a=access, p=principal: full_listing_uncached(view, a, p, args.page_size))]
-        if ToolListings is not None:
-            listings = ToolListings()
-            rows.insert(0, ("cached", lambda a=access, p=principal, c=listings: full_listing_cached(
-                c, view, a, p, args.page_size)))
         for kind, run in rows:
             count = args.listings if kind == "cached" else max(10, args.listings // 10)
             cpu_ms, p50, p99, sent = measure_listing(run, count)
