@@ -9,12 +9,12 @@ refresh in the middle of a request never mixes two catalogue versions.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from bastion.access import AccessControl, AllowAll, may_see_upstream
 from bastion.call import CallContext, CallRecord, Era, Outcome
+from bastion.call_ids import CallIds
 from bastion.changes import ChangeFeed
 from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
 from bastion.pipeline import Pipeline
@@ -43,8 +43,7 @@ class Gateway:
         self.live = live
         self._views = views
         self._pool = pool
-        # Optional in type only, for the readers that still test it (server/); always given.
-        self.pool: UpstreamPool | None = pool
+        self.pool = pool
         self.pipeline = pipeline
         # Catalogue changes and resource updates for the front door, which subscribes in its constructor.
         self.changes = changes
@@ -65,6 +64,8 @@ class Gateway:
         self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = emit_audit or _discard
         # Spans for requests, stages and forwards (bastion.tracing).
         self.tracing = tracing
+        # The id of each call (``CallContext.request_id``): 16 random hex digits.
+        self.call_ids = CallIds()
 
     @property
     def view(self) -> View:
@@ -118,7 +119,7 @@ class Gateway:
         # the /metrics page, not just this record.
         entry = tool if isinstance(tool, ToolEntry) else ToolEntry(
             public_name=printable(tool[:200]), upstream="", original_name="", definition={}, upstream_definition={})
-        ctx = CallContext(request_id=secrets.token_hex(8), principal=principal, tool=entry,
+        ctx = CallContext(request_id=self.call_ids.next(), principal=principal, tool=entry,
                           arguments=arguments if isinstance(arguments, dict) else {}, era=era,
                           session_id=session_id, client_info=dict(client_info) if client_info else None,
                           client_id=request_id, traceparent=traceparent)

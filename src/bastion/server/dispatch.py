@@ -16,7 +16,6 @@ What is not a method lives next door, each part in its own module because it has
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
@@ -183,7 +182,7 @@ class Dispatcher:
                 request_id=rid,
                 session=scope.session.id if scope.session else None, era=scope.era, principal=scope.principal,
                 client_info=scope.client_info, traceparent=self._traceparent(scope, jsonrpc.obj(params.get("_meta"))),
-                upstreams_failed=[n for n, up in (self.gw.pool.health() if self.gw.pool else {}).items() if not up]))
+                upstreams_failed=[n for n, up in self.gw.pool.health().items() if not up]))
         # The page comes pre-encoded (a tuple of orjson.Fragment): the response encoder copies each tool as is.
         tools, next_cursor = listing.page(params.get("cursor"), self.gw.settings.catalogue.page_size)
         result: dict[str, Any] = {"tools": tools}
@@ -215,7 +214,7 @@ class Dispatcher:
                                              request_id=rid, traceparent=self._traceparent(scope, meta))
             raise UnknownTool(name)
         ctx = CallContext(
-            request_id=secrets.token_hex(8), principal=scope.principal, tool=entry, arguments=arguments,
+            request_id=self.gw.call_ids.next(), principal=scope.principal, tool=entry, arguments=arguments,
             era=scope.era, session_id=session_id,
             client_info=dict(scope.client_info) if scope.client_info else None,
             traceparent=self._traceparent(scope, meta),

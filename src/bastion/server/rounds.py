@@ -61,8 +61,6 @@ class Rounds:
         self.sealer = sealer
 
     def upstream_is_modern(self, upstream: str) -> bool:
-        if self.gw.pool is None:
-            return False
         info = self.gw.pool.member(upstream).upstream.info
         return info is not None and info.era == "modern"
 
