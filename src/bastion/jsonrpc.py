@@ -7,7 +7,6 @@ smuggling between a gateway and its upstreams starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -19,24 +18,30 @@ RequestId = str | int
 Kind = Literal["request", "notification", "response"]
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
-    kind: Kind
-    raw: dict[str, Any]
+    """One classified message. ``id``, ``method`` and ``params`` are read from ``raw`` once, here: the front door
+    and the dispatcher consult them a dozen times per request, and ``raw`` is never changed after classification.
+    """
 
-    @property
-    def id(self) -> RequestId | None:
-        value = self.raw.get("id")
-        return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+    __slots__ = ("id", "kind", "method", "params", "raw")
 
-    @property
-    def method(self) -> str:
-        return str(self.raw.get("method", ""))
+    def __init__(self, kind: Kind, raw: dict[str, Any]) -> None:
+        self.kind = kind
+        self.raw = raw
+        value = raw.get("id")
+        self.id: RequestId | None = value if isinstance(value, str | int) and not isinstance(value, bool) else None
+        method = raw.get("method", "")
+        self.method: str = method if type(method) is str else str(method)
+        params = raw.get("params")
+        self.params: dict[str, Any] = params if isinstance(params, dict) else {}
 
-    @property
-    def params(self) -> dict[str, Any]:
-        params = self.raw.get("params")
-        return params if isinstance(params, dict) else {}
+    def __repr__(self) -> str:
+        return f"Message(kind={self.kind!r}, raw={self.raw!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and (self.kind, self.raw) == (other.kind, other.raw)
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, and ``raw`` is a dict
 
 
 def loads(body: bytes) -> Any:
