@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from bastion.errors import Refused
+from bastion.server.checks import FRONT_LINES, front_lines
 from bastion.server.protocol import FrontDoorOptions, front_door_protocol
 from tests.support.net import free_port
 
@@ -43,6 +44,12 @@ async def _echo_app(front: Front, scope: Scope, receive: Receive, send: Send) ->
         return
     doc = {"method": scope["method"], "path": scope["path"], "body": len(body),
            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]}
+    lines = scope.get(FRONT_LINES)
+    if lines is not None:
+        # What the protocol gathered for the MCP endpoint, next to what front_lines makes of the same head.
+        again = front_lines(scope["headers"])
+        doc["front_lines"] = [lines.lines == again.lines, lines.first == again.first,
+                              lines.duplicate == again.duplicate, (lines.duplicate or b"").decode()]
     front.served.append(doc)
     payload = json.dumps(doc).encode()
     await send({"type": "http.response.start", "status": 200,
@@ -285,6 +292,18 @@ async def test_an_answer_reaches_a_client_that_is_still_sending() -> None:
     async with serve(max_header_bytes=4096, max_target_bytes=1024) as front:
         raw = await exchange(front.port, b"GET /mcp HTTP/1.1\r\nHost: x\r\n" + b"X-A: 1\r\n" * 60_000)
     assert statuses(raw) == [431]
+
+
+async def test_the_endpoints_header_lines_are_gathered_while_parsing() -> None:
+    """The lines the MCP endpoint checks (trimmed, first value per name, the first duplicated singleton) come from
+    the parser callbacks, and equal what ``front_lines`` makes of the scope's headers, over pipelined requests."""
+    async with serve() as front:
+        await exchange(front.port,
+                       request(headers=[("Mcp-Name", "  echo  "), ("X-Twice", "a"), ("x-twice", " b ")], close=False),
+                       request(headers=[("Origin", "http://a"), ("ORIGIN", "http://b"), ("Host", "x")], close=False),
+                       request(headers=[("Mcp-Method", "tools/call")], close=True))
+    assert [doc["front_lines"] for doc in front.served] == [
+        [True, True, True, ""], [True, True, True, "origin"], [True, True, True, ""]]
 
 
 async def test_header_values_reach_the_app_as_sent() -> None:

@@ -13,8 +13,9 @@ from starlette.datastructures import Headers
 from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, REQUEST_TOO_LARGE, Refused
 from bastion.settings import ListenConfig, is_loopback_host
 
-__all__ = ["Authority", "FrontHeaders", "HostCheck", "accepts", "check_content_type", "check_declared_length",
-           "check_host", "check_origin", "front_headers", "parse_authority", "parse_origin"]
+__all__ = ["FRONT_LINES", "Authority", "FrontHeaders", "FrontLines", "HostCheck", "accepts", "check_content_type",
+           "check_declared_length", "check_host", "check_origin", "front_headers", "front_lines", "parse_authority",
+           "parse_origin"]
 
 # Headers every reader must see exactly once: with two copies, the authenticator, the session lookup, the
 # version check or a proxy in front could each take a different one ("first one wins" in one place, "last one
@@ -24,6 +25,8 @@ SINGLETON_HEADERS = frozenset({b"host", b"authorization", b"origin", b"content-t
 # The 2026-07-28 routing headers keep the code the revision gives to header defects.
 _ROUTING_HEADERS = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
 _OWS = b" \t"
+# The ASGI scope key under which bastion's HTTP protocol leaves the ``FrontLines`` it gathered.
+FRONT_LINES = "bastion.front_lines"
 
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 _PORT = re.compile(r"[0-9]{1,5}")
@@ -37,25 +40,53 @@ class Authority(NamedTuple):
     port: int | None
 
 
-def front_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The request's header lines as every later check must see them: values without the optional whitespace
-    around them (RFC 9110 section 5.5: a field value never includes it), and no second copy of a singleton.
+class FrontLines:
+    """The request's header lines as every later check must see them, gathered one line at a time: values without
+    the optional whitespace around them (RFC 9110 section 5.5: a field value never includes it), the first value of
+    each name, and the first singleton that came twice.
 
-    Raises ``Refused`` (400) on a duplicate singleton header.
+    bastion's own HTTP protocol (``server/protocol.py``) fills one while it parses the head, so the MCP endpoint
+    does not walk the headers again; under another server, ``front_headers`` builds it from the ASGI scope.
     """
-    out: list[tuple[bytes, bytes]] = []
-    seen: set[bytes] = set()
+
+    __slots__ = ("duplicate", "first", "lines")
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[bytes, bytes]] = []
+        self.first: dict[bytes, bytes] = {}
+        self.duplicate: bytes | None = None
+
+    def add(self, key: bytes, value: bytes) -> None:
+        """One header line; ``key`` in lower case."""
+        value = value.strip(_OWS)
+        self.lines.append((key, value))
+        if key not in self.first:
+            self.first[key] = value
+        elif self.duplicate is None and key in SINGLETON_HEADERS:
+            self.duplicate = key
+
+    def checked(self) -> list[tuple[bytes, bytes]]:
+        """The lines; raises ``Refused`` (400) when a singleton header appeared more than once."""
+        key = self.duplicate
+        if key is not None:
+            shown = key.decode("latin-1")
+            raise Refused(400, f"Bad Request: {shown} header appears more than once", reason="duplicate_header",
+                          code=HEADER_MISMATCH if key in _ROUTING_HEADERS else INVALID_REQUEST,
+                          log_detail=f"header={shown}")
+        return self.lines
+
+
+def front_lines(raw: Iterable[tuple[bytes, bytes]]) -> FrontLines:
+    """``FrontLines`` of an ASGI scope's headers (names in any case)."""
+    lines = FrontLines()
     for name, value in raw:
-        key = name.lower()
-        if key in SINGLETON_HEADERS:
-            if key in seen:
-                shown = key.decode("latin-1")
-                raise Refused(400, f"Bad Request: {shown} header appears more than once", reason="duplicate_header",
-                              code=HEADER_MISMATCH if key in _ROUTING_HEADERS else INVALID_REQUEST,
-                              log_detail=f"header={shown}")
-            seen.add(key)
-        out.append((key, value.strip(_OWS)))
-    return out
+        lines.add(name.lower(), value)
+    return lines
+
+
+def front_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The checked lines of ``front_lines``. Raises ``Refused`` (400) on a duplicate singleton header."""
+    return front_lines(raw).checked()
 
 
 class FrontHeaders(Headers):
@@ -64,14 +95,15 @@ class FrontHeaders(Headers):
     The front door reads about ten headers per request (Host, Origin, media type, length, Accept, session id,
     version, trace context...); ``Headers.get`` scans the list each time and raises and catches ``KeyError`` for
     every absent one. Same answers: the first line with the name wins, names in any case; everything else is
-    ``Headers``' own.
+    ``Headers``' own. ``first`` (each name's first value), when the caller has it, spares building it again.
     """
 
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, raw: list[tuple[bytes, bytes]], first: dict[bytes, bytes] | None = None) -> None:
         super().__init__(raw=raw)
-        first: dict[bytes, bytes] = {}
-        for name, value in raw:
-            first.setdefault(name, value)
+        if first is None:
+            first = {}
+            for name, value in raw:
+                first.setdefault(name, value)
         self._first = first
 
     def get(self, key: str, default: Any = None) -> Any:

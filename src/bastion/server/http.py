@@ -47,13 +47,14 @@ from bastion.protocol.methods import INITIALIZE
 from bastion.server import dispatch as d
 from bastion.server.answer import Answer, http_error_response, json_response
 from bastion.server.checks import (
+    FRONT_LINES,
     FrontHeaders,
     HostCheck,
     accepts,
     check_content_type,
     check_declared_length,
     check_origin,
-    front_headers,
+    front_lines,
 )
 from bastion.server.lifecycle import SessionEvent, SessionLifecycle
 from bastion.server.modern import ModernDoor, is_modern
@@ -102,10 +103,12 @@ class McpEndpoint:
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            scope["headers"] = front_headers(scope["headers"])
+            # Gathered while the head was parsed (server/protocol.py), or now under another server.
+            lines = scope.get(FRONT_LINES) or front_lines(scope["headers"])
+            scope["headers"] = lines.checked()
             # What request.headers would build on first use (starlette caches it in ``_headers``), with cheaper
             # lookups; should starlette ever rename it, request.headers is simply starlette's own again.
-            request._headers = FrontHeaders(scope["headers"])
+            request._headers = FrontHeaders(lines.lines, lines.first)
             response = await self._serve(request)
         except ClientDisconnect:
             # The client went away before its request was whole (or the protocol's request deadline closed it):

@@ -48,6 +48,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from bastion import jsonrpc
 from bastion.errors import INVALID_REQUEST, Refused
+from bastion.server.checks import FRONT_LINES, FrontLines
 
 __all__ = ["FrontDoorOptions", "FrontDoorProtocol", "front_door_protocol"]
 
@@ -182,6 +183,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._header_bytes = 0  # exact: request target, names and values, plus 4 per line
         self._codings: list[bytes] = []
+        self._front = FrontLines()
         # The request clock: when the request being received began (None while none is), and one timer per
         # connection that checks it. Re-arming a timer on every request would cost more than the check.
         self._since: float | None = None
@@ -246,6 +248,9 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._header_bytes = 0
         self._codings = []
+        # The lines as the MCP endpoint checks them, gathered here while each header passes anyway.
+        self._front = FrontLines()
+        self.scope[FRONT_LINES] = self._front  # type: ignore[literal-required]
         if self._deadline is None:
             self._arm(self.options.request_timeout_s)
 
@@ -269,6 +274,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
         elif name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
         self.headers.append((name, value))
+        self._front.add(name, value)
 
     def _header_limit(self) -> None:
         if self._header_count > self._max_headers:
