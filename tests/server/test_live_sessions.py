@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bastion.sessions.live import LiveSessions
+from bastion.sessions.live import InflightCall, LiveSessions
 
 
 async def test_idle_sessions_are_swept_and_busy_ones_kept() -> None:
@@ -23,11 +23,11 @@ async def test_drop_cancels_what_runs_and_wakes_the_stream() -> None:
     live = LiveSessions()
     session = live.get("s")
     task = asyncio.create_task(asyncio.sleep(10))
-    session.inflight[1] = task
+    session.inflight[1] = call = InflightCall(task)
     session.get_stream = queue = asyncio.Queue()
     live.drop("s")
     await asyncio.sleep(0)
-    assert task.cancelled()
+    assert task.cancelled() and call.by_client
     assert queue.get_nowait() == {}
     assert live.all() == []
 

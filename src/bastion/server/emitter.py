@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from bastion import jsonrpc
@@ -36,18 +37,24 @@ class Outbox:
     """The messages of one call for its response stream, in order; ``None`` ends them.
 
     An unbounded ``asyncio.Queue`` with only what the call path uses: one is made for every ``tools/call`` from a
-    client that accepts SSE, and most calls put nothing but their ``None`` in it, so building it must cost
-    little (no locks, no future until somebody waits on an empty box).
+    client that accepts SSE, and most calls put nothing in it, so building it must cost little (no locks, no
+    future until somebody waits on an empty box). ``on_first``, when set, runs once, at the first message put:
+    that is when the call's response has to become a stream (``server/responder.py``).
     """
 
-    __slots__ = ("_items", "_waiter")
+    __slots__ = ("_items", "_waiter", "on_first")
 
     def __init__(self) -> None:
         self._items: deque[dict[str, Any] | None] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self.on_first: Callable[[], None] | None = None
 
     def put_nowait(self, item: dict[str, Any] | None) -> None:
         self._items.append(item)
+        first = self.on_first
+        if first is not None:
+            self.on_first = None
+            first()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -116,9 +116,9 @@ class SessionLifecycle:
             if msg.method == INITIALIZED and not session.initialized:
                 await self.gw.store.update(replace(session, initialized=True))
             elif msg.method == CANCELLED:
-                task = live.inflight.get(msg.params.get("requestId"))
-                if task is not None:
-                    task.cancel()
+                call = live.inflight.get(msg.params.get("requestId"))
+                if call is not None:
+                    call.cancel()
         else:
             fut = live.pending.get(msg.raw.get("id"))
             if fut is not None and not fut.done():

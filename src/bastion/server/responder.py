@@ -17,6 +17,8 @@ from typing import Any
 
 import structlog
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from bastion import jsonrpc
 from bastion.errors import MessageRejected, ProtocolError, RequestError
@@ -24,15 +26,15 @@ from bastion.gateway import Gateway
 from bastion.principal import Principal
 from bastion.protocol.meta import PROTOCOL_VERSION_KEY
 from bastion.protocol.methods import TOOLS_CALL
-from bastion.server.answer import MODERN_ERROR_STATUS, SSE_HEADERS, Answer, json_response
+from bastion.server.answer import MODERN_ERROR_STATUS, SSE_HEADERS, Answer
 from bastion.server.dispatch import SERVER_INFO, Dispatcher
 from bastion.server.emitter import Emitter, NullEmitter, Outbox, StreamEmitter
 from bastion.server.eras import for_handshake_era, for_modern
 from bastion.server.scope import Scope
-from bastion.sessions.live import LiveSession
+from bastion.sessions.live import InflightCall, LiveSession
 from bastion.sse import encode_event
 
-__all__ = ["Responder"]
+__all__ = ["CallResponse", "Responder"]
 
 log = structlog.get_logger("bastion.http")
 
@@ -59,11 +61,16 @@ class Responder:
         # Ids of bastion's own requests to clients (sampling, elicitation), unique on this replica.
         self._ids = ids
 
-    async def run(self, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None) -> Answer:
-        """Dispatch one request to a JSON-RPC response; registered for cancellation while it runs."""
-        task = asyncio.current_task()
-        if live is not None and task is not None and msg.id is not None:
-            live.inflight[msg.id] = task
+    async def run(self, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None,
+                  call: InflightCall | None = None) -> Answer:
+        """Dispatch one request to a JSON-RPC response, in the current task; registered with the session for
+        cancellation while it runs (``call``, when the caller holds the handle itself)."""
+        if live is not None and msg.id is not None:
+            if call is None:
+                task = asyncio.current_task()
+                call = InflightCall(task) if task is not None else None
+            if call is not None:
+                live.inflight[msg.id] = call
         try:
             result = await self.dispatcher.handle(scope, msg)
             shaped = for_modern(result, SERVER_INFO) if scope.era == "modern" else for_handshake_era(result)
@@ -81,8 +88,12 @@ class Responder:
             return Answer(jsonrpc.error(msg.id, ProtocolError(-32603, "Internal error")))
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise
+            cancelling = current.cancelling() if current is not None else 0
+            if cancelling:
+                # The client's own cancellation is answered; any other (a shutdown) goes on up.
+                if call is None or not call.by_client or cancelling > 1:
+                    raise
+                current.uncancel()  # type: ignore[union-attr]  # cancelling() > 0: there is a current task
             return Answer(jsonrpc.error(msg.id, ProtocolError(-32603, "Request cancelled")))
         except Exception:
             # A bug outside the pipeline (which records and answers its own failures): say "internal error" with
@@ -105,9 +116,9 @@ class Responder:
         """Answer with JSON unless something must reach the client before the answer.
 
         Only ``tools/call`` can make an upstream talk back mid-request (progress, log messages, sampling and
-        elicitation requests). For it, the choice is made lazily: the call runs in a task, and the response
-        becomes an SSE stream only if a message for the client comes before the result. A plain call answers with
-        plain JSON, and a call that needs the stream gets it without the client having to guess.
+        elicitation requests). For it, the choice is made lazily (``CallResponse``): the response becomes an SSE
+        stream only if a message for the client comes before the result. A plain call answers with plain JSON,
+        and a call that needs the stream gets it without the client having to guess.
         """
         if not sse_ok:
             return (await self.run(scope, msg, live)).response()
@@ -123,39 +134,7 @@ class Responder:
         if not isinstance(emitter, StreamEmitter):
             emitter = StreamEmitter(Outbox(), live if scope.era == "legacy" else None, self._ids)
             scope = replace(scope, emitter=emitter)
-        queue = emitter.outbox
-        final: list[Answer] = []
-
-        async def work() -> None:
-            try:
-                final.append(await self.run(scope, msg, live))
-            finally:
-                queue.put_nowait(None)
-
-        task = asyncio.create_task(work(), name=f"bastion-call-{msg.id}")
-        if live is not None and msg.id is not None:
-            live.inflight[msg.id] = task
-        first = await queue.get()
-        if first is None:
-            if not final:  # the task was cancelled (client sent notifications/cancelled)
-                return json_response(jsonrpc.error(msg.id, ProtocolError(-32603, "Request cancelled")))
-            return final[0].response()
-
-        async def events() -> AsyncIterator[bytes]:
-            item: dict[str, Any] | None = first
-            try:
-                while item is not None:
-                    yield message_event(jsonrpc.dumps(item))
-                    item = await queue.get()
-                if final:
-                    yield message_event(jsonrpc.dumps(final[0].body))
-            finally:
-                # Legacy: a dropped connection is not a cancellation (the client cancels explicitly), so the
-                # call runs to completion and is audited. Modern: closing the stream IS the cancellation.
-                if scope.era == "modern" and not task.done():
-                    task.cancel()
-
-        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+        return CallResponse(self, scope, msg, live, emitter.outbox)
 
     async def audit_rejected(self, principal: Principal, body: Any, exc: MessageRejected, *,
                              cut: bool = False) -> None:
@@ -172,3 +151,75 @@ class Responder:
             request_id=exc.request_id, stage="parse", outcome="invalid_input", reason=exc.message, error=exc,
             audit_error="arguments: nested past what the parser reads; the digest is of the arguments cut at the "
                         "depth limit" if cut else None)
+
+
+class CallResponse(Response):
+    """A ``tools/call``'s answer to a client that accepts SSE: plain JSON, or an SSE stream if a message for the
+    client comes before the result.
+
+    The call runs in the request's own task, inside ``__call__``: most calls send nothing before their result,
+    and a task of their own cost every call a task, a future and one more turn of the event loop. The first message
+    for the client (``Outbox.on_first``) starts a second task that writes the stream, with the message and
+    everything after it, the result last. The call's task is not the stream's, so the stream cannot simply be
+    returned: it is awaited once the result is in it.
+
+    Cancellation is unchanged: ``notifications/cancelled`` (and a session's ``DELETE``) cancel the call through
+    its ``InflightCall``; in the 2026-07-28 revision so does the client closing the stream, while in the
+    session-based revisions a dropped connection is not a cancellation, so the call runs to completion and is
+    audited. A cancelled call's stream ends without a result, as the revisions ask.
+
+    ``Response`` only in type: nothing of it is used but ``__call__``, which the front door calls.
+    """
+
+    def __init__(self, responder: Responder, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None,
+                 outbox: Outbox) -> None:
+        # Response.__init__ is not called: this answer has no body of its own to render.
+        self._responder = responder
+        self._scope = scope
+        self._msg = msg
+        self._live = live
+        self._outbox = outbox
+        self._stream: asyncio.Task[None] | None = None
+        self._call: InflightCall | None = None
+        self._done = False
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        call = self._call = InflightCall(task)
+        outbox = self._outbox
+        outbox.on_first = lambda: self._open_stream(scope, receive, send)
+        answer: Answer | None = None
+        try:
+            answer = await self._responder.run(self._scope, self._msg, self._live, call)
+        finally:
+            self._done = True
+            outbox.on_first = None
+            if self._stream is not None:
+                if answer is not None and not call.by_client and isinstance(answer.body, dict):
+                    outbox.put_nowait(answer.body)
+                outbox.put_nowait(None)
+        if self._stream is not None:
+            await self._stream
+        elif answer is not None:
+            await answer.response()(scope, receive, send)
+
+    def _open_stream(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        self._stream = asyncio.create_task(self._write_stream(scope, receive, send),
+                                           name=f"bastion-stream-{self._msg.id}")
+
+    async def _write_stream(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        outbox = self._outbox
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                item = await outbox.get()
+                while item is not None:
+                    yield message_event(jsonrpc.dumps(item))
+                    item = await outbox.get()
+            finally:
+                # Modern: closing the stream IS the cancellation. Legacy: the call runs on (see the class).
+                if self._scope.era == "modern" and not self._done and self._call is not None:
+                    self._call.cancel()
+
+        await StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)(scope, receive, send)

@@ -14,13 +14,33 @@ from typing import Any
 from bastion.principal import Principal
 
 
+class InflightCall:
+    """A request running on this replica, which its client may cancel (``notifications/cancelled``, ``DELETE`` of
+    the session, closing a 2026-07-28 stream).
+
+    ``cancel`` marks the cancellation as the client's before cancelling the task, so the request can tell it from
+    any other (a shutdown) and answer instead of propagating it.
+    """
+
+    __slots__ = ("by_client", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.by_client = False
+
+    def cancel(self) -> None:
+        if not self.by_client:
+            self.by_client = True
+            self.task.cancel()
+
+
 @dataclass(slots=True)
 class LiveSession:
     """This replica's runtime state for a session: never persisted, never shared."""
 
     id: str
     get_stream: asyncio.Queue[dict[str, Any]] | None = None
-    inflight: dict[Any, asyncio.Task[Any]] = field(default_factory=dict)
+    inflight: dict[Any, InflightCall] = field(default_factory=dict)
     pending: dict[Any, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     subscriptions: set[str] = field(default_factory=set)  # public resource URIs
     last_seen: float = 0.0
@@ -66,8 +86,8 @@ class LiveSessions:
         live = self._live.pop(session_id, None)
         if live is None:
             return
-        for task in live.inflight.values():
-            task.cancel()
+        for call in live.inflight.values():
+            call.cancel()
         for fut in live.pending.values():
             if not fut.done():
                 fut.cancel()
