@@ -8,10 +8,12 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+import pytest
 import uvicorn
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from bastion.server.protocol import FrontDoorOptions, front_door_protocol
+from bastion.server.protocol import FrontDoorOptions, deliver, front_door_protocol
 from tests.support.net import free_port
 
 
@@ -39,6 +41,7 @@ class _Recorded:
 
 
 BIG = b'"' + b"x" * (256 * 1024) + b'"'  # a body past the size from which the head is gathered, not copied
+WHOLE: list[bool] = []  # what each ``deliver`` in the app returned
 
 
 async def _app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -48,6 +51,17 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
     while more:
         more = (await receive()).get("more_body", False)
     path = scope["path"]
+    if path.startswith("/deliver/") or path.startswith("/asgi/"):
+        # The same starlette response, through ``deliver`` (send_whole) or through ASGI messages.
+        kind, _, what = path[1:].partition("/")
+        headers = {"Mcp-Session-Id": "abc"} if what != "close" else {"Connection": "close"}
+        body = BIG if what == "big" else b'{"ok":true}'
+        response = Response(body, status_code=201, media_type="application/json", headers=headers)
+        if kind == "deliver":
+            WHOLE.append(await deliver(response, scope, receive, send))
+        else:
+            await response(scope, receive, send)
+        return
     if path == "/stream":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         await send({"type": "http.response.body", "body": b"one", "more_body": True})
@@ -163,3 +177,42 @@ async def test_an_app_failing_after_the_head_still_sends_the_head_before_closing
     assert raw == (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n"
                    b"connection: close\r\n\r\n")
     assert writes == [raw]
+
+
+async def _exchange(port: int, requests: list[bytes]) -> bytes:
+    """Send the requests pipelined on one connection; read until the server closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"".join(requests))
+        return await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+def _req(method: str, path: str, close: bool = False) -> bytes:
+    return (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n" + ("Connection: close\r\n" if close else "")
+            + "\r\n").encode()
+
+
+@pytest.mark.parametrize("what", ["json", "big", "close"])
+async def test_a_whole_response_leaves_as_uvicorn_would_write_it_in_one_call(what: str) -> None:
+    """``deliver`` writes the same bytes as starlette through uvicorn's ASGI send, keep-alive and pipelining
+    included, head and body in one call; a HEAD request takes the ASGI path and gets the same head."""
+    WHOLE.clear()
+    async with serve() as (port, writes):
+        fast = await _exchange(port, [_req("GET", f"/deliver/{what}"), _req("GET", "/json", close=True)])
+        fast_writes = list(writes)
+        writes.clear()
+        slow = await _exchange(port, [_req("GET", f"/asgi/{what}"), _req("GET", "/json", close=True)])
+        head = await _exchange(port, [_req("HEAD", f"/deliver/{what}", close=True)])
+    assert fast == slow
+    assert fast.startswith(b"HTTP/1.1 201 Created\r\n")
+    if what == "close":  # the response closed the connection: the pipelined request behind it is not answered
+        assert fast.count(b"HTTP/1.1") == 1 and b"connection: close\r\n" in fast
+    else:
+        assert fast.count(b"HTTP/1.1") == 2 and b"mcp-session-id: abc\r\n" in fast
+    assert fast_writes[0] == fast[:len(fast_writes[0])] and fast_writes[0].endswith(BIG if what == "big" else b"}")
+    assert head == slow.split(b"\r\n\r\n")[0] + (b"\r\nconnection: close" if what != "close" else b"") + b"\r\n\r\n"
+    assert WHOLE == [True, False]  # the GET left whole; the HEAD took the ASGI path

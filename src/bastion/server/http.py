@@ -58,6 +58,7 @@ from bastion.server.checks import (
 )
 from bastion.server.lifecycle import SessionEvent, SessionLifecycle
 from bastion.server.modern import ModernDoor, is_modern
+from bastion.server.protocol import deliver
 from bastion.server.responder import Responder
 
 __all__ = ["Authenticate", "McpEndpoint", "OnRefused", "SessionEvent"]
@@ -129,7 +130,7 @@ class McpEndpoint:
             # ahead of it, server/asgi.py), and raise for the server to log and close the connection.
             await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
             raise
-        await response(scope, receive, send)
+        await deliver(response, scope, receive, send)
 
     def _refused(self, exc: Refused, scope: AsgiScope) -> None:
         if self.on_refused is None:

@@ -37,20 +37,30 @@ length) keep uvicorn's order, so an SSE stream's head still leaves at once.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
 import structlog
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+from starlette.responses import Response
+from starlette.types import Receive, Send
+from starlette.types import Scope as AsgiScope
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from bastion import jsonrpc
 from bastion.errors import INVALID_REQUEST, Refused
 from bastion.server.checks import FRONT_LINES, FrontLines
 
-__all__ = ["FrontDoorOptions", "FrontDoorProtocol", "front_door_protocol"]
+__all__ = ["FrontDoorOptions", "FrontDoorProtocol", "deliver", "front_door_protocol"]
 
 log = structlog.get_logger("bastion.http")
 
@@ -156,6 +166,75 @@ class _OneWriteCycle(RequestResponseCycle):
             self.transport = _Prefixed(transport, hold.data)  # type: ignore[assignment]
         else:
             transport.write(hold.data)
+
+
+    def send_whole(self, status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Write a whole response of declared length at once, without ASGI messages: what ``send`` does for a
+        start and its one body message (the same checks, bytes and bookkeeping), in one call.
+
+        Returns False, having done nothing, for anything off the common path (a response already started, a
+        paused or lost connection, HEAD, no ``content-length``, a transfer coding, the access log on): the
+        caller then sends through ASGI as usual.
+        """
+        if (self.response_started or self.disconnected or self.flow.write_paused or self.access_log
+                or self.scope["method"] == "HEAD"):
+            return False
+        content = [STATUS_LINE[status]]
+        keep_alive = self.keep_alive
+        has_close = False
+        length: int | None = None
+        for name, value in itertools.chain(self.default_headers, headers):
+            if HEADER_RE.search(name):
+                raise RuntimeError("Invalid HTTP header name.")
+            if HEADER_VALUE_RE.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            name = name.lower()
+            if name == b"content-length":
+                if length is None:
+                    length = int(value.decode())
+            elif name == b"transfer-encoding":
+                return False
+            elif name == b"connection" and b"close" in [t.lower().strip() for t in value.split(b",")]:
+                keep_alive = False
+                has_close = True
+            content.extend((name, b": ", value, b"\r\n"))
+        if length is None:
+            return False
+        if length != len(body):
+            raise RuntimeError("Response content longer than Content-Length" if len(body) > length
+                               else "Response content shorter than Content-Length")
+        if not keep_alive and not has_close:
+            content.append(b"connection: close\r\n")
+        content.append(b"\r\n")
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        self.chunked_encoding = False
+        self.expected_content_length = 0
+        self.keep_alive = keep_alive
+        if len(body) < _GATHER_BYTES:
+            content.append(body)
+            self.transport.write(b"".join(content))
+        else:
+            self.transport.writelines((b"".join(content), body))
+        self.response_complete = True
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+        return True
+
+
+async def deliver(response: Response, scope: AsgiScope, receive: Receive, send: Send) -> bool:
+    """Send ``response``. A plain one (a JSON answer) leaves through bastion's protocol in one call when the
+    server is bastion's (``_OneWriteCycle.send_whole``); anything else, or under another server, as ASGI. True
+    when it left the first way."""
+    cycle = getattr(send, "__self__", None)
+    if type(response) is Response and response.background is None and isinstance(cycle, _OneWriteCycle):
+        body = response.body
+        if isinstance(body, bytes) and cycle.send_whole(response.status_code, response.raw_headers, body):
+            return True
+    await response(scope, receive, send)
+    return False
 
 
 class _Refusal(Exception):

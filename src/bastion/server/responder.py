@@ -30,6 +30,7 @@ from bastion.server.answer import MODERN_ERROR_STATUS, SSE_HEADERS, Answer
 from bastion.server.dispatch import SERVER_INFO, Dispatcher
 from bastion.server.emitter import Emitter, NullEmitter, Outbox, StreamEmitter
 from bastion.server.eras import for_handshake_era, for_modern
+from bastion.server.protocol import deliver
 from bastion.server.scope import Scope
 from bastion.sessions.live import InflightCall, LiveSession
 from bastion.sse import encode_event
@@ -202,7 +203,7 @@ class CallResponse(Response):
         if self._stream is not None:
             await self._stream
         elif answer is not None:
-            await answer.response()(scope, receive, send)
+            await deliver(answer.response(), scope, receive, send)
 
     def _open_stream(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         self._stream = asyncio.create_task(self._write_stream(scope, receive, send),
