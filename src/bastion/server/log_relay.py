@@ -18,12 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bastion.principal import Principal
+from bastion.protocol.methods import LOG_LEVELS
 from bastion.sessions.live import LiveSession
 
-__all__ = ["LOG_LEVELS", "MAX_BACKLOG", "level_allows", "log_targets", "stamped"]
+__all__ = ["MAX_BACKLOG", "level_allows", "log_targets", "stamped"]
 
-# RFC 5424 severities in ascending order, as MCP's LoggingLevel.
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 # Messages waiting on one GET stream beyond which further log messages are dropped for it.
 MAX_BACKLOG = 256
 

@@ -18,11 +18,12 @@ from typing import Any
 from bastion.call import AskClient, Era
 from bastion.errors import ProtocolError
 from bastion.gateway import Gateway
-from bastion.protocol.methods import INPUT_CAPABILITY, LOG_LEVELS, LOG_MESSAGE, PROGRESS, ROOTS_LIST
+from bastion.protocol.methods import INPUT_CAPABILITY, LOG_MESSAGE, PROGRESS, ROOTS_LIST
 from bastion.server.emitter import NullEmitter
+from bastion.server.log_relay import level_allows
 from bastion.server.scope import Scope
 
-__all__ = ["RelayHandler", "asker", "level_allows", "relay"]
+__all__ = ["RelayHandler", "asker", "relay", "wants_log"]
 
 # (method, params) of one upstream message -> the client's answer to a request, or None.
 RelayHandler = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any] | None]]
@@ -54,7 +55,7 @@ def _relay_to(gw: Gateway, scope: Scope, upstream: str, progress_token: Any) -> 
                 await scope.emitter.notify(method, gw.clean_notification(upstream, method, dict(params)))
             return None
         if method == LOG_MESSAGE:
-            if level_allows(scope.log_level, params.get("level"), scope.era):
+            if wants_log(scope.log_level, params.get("level"), scope.era):
                 await scope.emitter.notify(method, gw.clean_notification(upstream, method, dict(params)))
             return None
         capability = INPUT_CAPABILITY.get(method)
@@ -78,14 +79,12 @@ def _relay_to(gw: Gateway, scope: Scope, upstream: str, progress_token: Any) -> 
     return on_message
 
 
-def level_allows(floor: str | None, level: Any, era: Era) -> bool:
+def wants_log(floor: str | None, level: Any, era: Era) -> bool:
+    """Whether a caller gets an upstream's log message on its call: by its floor when it set one; without one,
+    a session-era client gets everything and a 2026-07-28 client nothing (it asks per request)."""
     if floor is None:
-        # Modern clients get log messages only when they asked (per request); legacy ones until they set a floor.
         return era == "legacy"
-    try:
-        return LOG_LEVELS.index(str(level)) >= LOG_LEVELS.index(floor)
-    except ValueError:
-        return False
+    return level_allows(floor, level)
 
 
 class _OwnedRelay:
