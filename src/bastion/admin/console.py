@@ -37,7 +37,7 @@ from bastion.audit.record import admin_action_record, approval_record, pin_appro
 from bastion.errors import AuthenticationError
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
 from bastion.policy.cases import tool_entry
-from bastion.policy.cli import _decision_json
+from bastion.policy.explain import decision_json
 from bastion.principal import Principal
 
 log = structlog.get_logger("bastion.admin")
@@ -453,7 +453,7 @@ class Console:
                 entry = self.src.view().catalogue.tool(fields["tool"]) or \
                     tool_entry(fields["tool"], None, {})
                 decision = holder.current.decide(principal, entry, arguments)
-                result = _decision_json(decision, holder.current)
+                result = decision_json(decision, holder.current)
             except ValueError as exc:
                 error = f"arguments: {exc}"
         await self._audit(session, request, "policy.explain", fields["tool"] or None,

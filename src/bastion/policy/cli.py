@@ -16,6 +16,7 @@ from typing import Any
 from bastion.errors import ConfigError
 from bastion.policy.cases import check_case, load_cases, tool_entry
 from bastion.policy.decide import PolicySet
+from bastion.policy.explain import decision_json
 from bastion.policy.flow import FlowHistory, Touch
 from bastion.policy.load import load_policies, policy_problems
 from bastion.policy.model import Decision
@@ -89,7 +90,7 @@ def run_explain(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
-        print(json.dumps(_decision_json(decision, policy, labels), indent=2))
+        print(json.dumps(decision_json(decision, policy, labels), indent=2))
     else:
         _print_decision(decision, policy, labels)
     return EXIT_OK if decision.allowed else EXIT_FAILED
@@ -163,33 +164,8 @@ def _json_arg(raw: str | None, flag: str, default: Any) -> Any:
         raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
 
 
-def _decision_json(decision: Decision, policy: PolicySet, labels: list[str] | None = None) -> dict[str, Any]:
-    labels = labels or []
-    return {
-        "decision": "deny" if not decision.allowed else "approve" if decision.approval is not None else "allow",
-        # Set when the call waits for a person's yes (an effect: approve rule matched).
-        "approval": None if decision.approval is None else {
-            "via": list(decision.approval.via), "timeout_s": decision.approval.timeout_s,
-            "remember": decision.approval.remember, "message": decision.approval.message},
-        "rule": decision.rule_id,
-        "reason": decision.reason,
-        "shadow_denies": list(decision.shadow_denies),
-        "limits": [{"name": s.name, "rate": str(s.rate), "burst": s.effective_burst, "per": s.scope}
-                   for s in decision.limits],
-        "concurrency": [{"name": s.name, "max": s.max, "per": s.scope} for s in decision.concurrency],
-        "cost": decision.cost,
-        # How a denied call is answered: the rule and description (true), or "Unknown tool" (false).
-        "reveal": decision.reveal if not decision.allowed else None,
-        "description": decision.description,
-        "policy_version": policy.version,
-        "labels": labels,
-        # A flow denial: the earlier calls that made the rule's condition hold.
-        "flow": [t.as_json() for t in decision.flow],
-    }
-
-
 def _print_decision(decision: Decision, policy: PolicySet, labels: list[str] | None = None) -> None:
-    data = _decision_json(decision, policy, labels)
+    data = decision_json(decision, policy, labels)
     print(f"decision:      {data['decision']}")
     print(f"rule:          {data['rule'] or '(none: default deny)'}")
     print(f"reason:        {data['reason']}")
