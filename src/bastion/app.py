@@ -111,6 +111,8 @@ def _lifespan(parts: Components) -> Any:
             if parts.admin is not None:
                 await parts.admin.start()
             await parts.approvals.start()
+        # From now on the collector runs on a clock, not every few hundred allocations (bastion.collector).
+        tasks.append(asyncio.create_task(collector.Periodic().run(), name="bastion-collector"))
         log.info("bastion.ready", path=parts.settings.listen.path, upstreams=parts.pool.health(),
                  tools=len(parts.gateway.view.catalogue.tools))
         try:

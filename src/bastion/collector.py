@@ -1,4 +1,5 @@
-"""The process's garbage collector around catalogue builds: paused while one runs, and start-up objects frozen.
+"""The process's garbage collector: paused while a catalogue is built, start-up objects frozen, and, while
+clients are served, run on a clock rather than by allocation counts.
 
 CPython's cyclic collector runs a full collection whenever the objects that survived to its oldest generation
 grew by a quarter since the last one, and a full collection walks every tracked object in the process. Building a
@@ -24,10 +25,18 @@ for the whole process, ``gc.disable()`` plus a full ``gc.collect()`` after each 
   connection replaced later, say), and only once. Views are freed by reference counting (tests/core/test_views.py
   checks that an old view dies after the freeze), so a frozen first view is still freed when a later one replaces
   it.
+- ``Periodic``: while clients are served, no automatic collection; the young generations are collected once a
+  second and everything once a minute. CPython starts a young collection every 700 net allocations of container
+  objects, and a forwarded call allocates a few hundred: most calls paid for a collection that walked the objects
+  of every call in flight (they are alive, so they are walked again one generation up), about 4% of a call's CPU
+  under load, and found nothing, because what a call allocates is freed by reference counting when it ends. On a
+  clock, a collection walks only what is alive at that moment. The cost is memory: reference cycles a call leaves
+  behind (an exception's traceback, say) live up to a second longer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 from collections.abc import Iterator
@@ -54,3 +63,28 @@ def start_up() -> Iterator[None]:
         yield
         gc.collect()
         gc.freeze()
+
+
+class Periodic:
+    """Collection on a clock while clients are served (see the module's note): ``run`` until cancelled."""
+
+    def __init__(self, every_s: float = 1.0, full_every: int = 60) -> None:
+        if every_s <= 0 or full_every < 1:
+            raise ValueError("every_s must be positive and full_every at least 1")
+        self.every_s = every_s
+        self.full_every = full_every
+        self.collections = 0  # clock ticks so far (for tests)
+
+    async def run(self) -> None:
+        """Disable automatic collection and collect on the clock; on cancellation, automatic collection is back
+        (unless it was off before)."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            while True:
+                await asyncio.sleep(self.every_s)
+                self.collections += 1
+                gc.collect(2 if self.collections % self.full_every == 0 else 1)
+        finally:
+            if enabled:
+                gc.enable()
