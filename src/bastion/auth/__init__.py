@@ -55,10 +55,14 @@ class Authenticator(Protocol):
 
 
 class AnonymousAuthenticator:
-    """``auth: none``: everyone is the anonymous principal, whatever headers they send."""
+    """``auth: none``: everyone is the anonymous principal, whatever headers they send (one immutable instance,
+    not one per request)."""
+
+    def __init__(self) -> None:
+        self._anonymous = Principal.anonymous()
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
-        return Principal.anonymous()
+        return self._anonymous
 
 
 class CredentialAuthenticator:

@@ -104,11 +104,14 @@ class FrontHeaders(Headers):
             first = {}
             for name, value in raw:
                 first.setdefault(name, value)
-        self._first = first
+        # Decoded once, with names in lower case: the callers ask by literal lower-case names.
+        self._text = {name.decode("latin-1"): value.decode("latin-1") for name, value in first.items()}
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = self._first.get(key.lower().encode("latin-1"))
-        return default if value is None else value.decode("latin-1")
+        value = self._text.get(key)
+        if value is None and not key.islower():
+            value = self._text.get(key.lower())
+        return default if value is None else value
 
 
 def parse_authority(value: str) -> Authority | None:
