@@ -197,7 +197,31 @@ def _safe_class(base: Any) -> Any:
     keywords = {name: _metered(_RE2_KEYWORDS.get(name, fn), step_cost(name))
                 for name, fn in base.VALIDATORS.items()}
     # No ``version``: that would register the class in jsonschema's global dialect table.
-    return extend(base, validators=keywords, format_checker=FORMAT_CHECKER)  # type: ignore[no-untyped-call]
+    safe = extend(base, validators=keywords, format_checker=FORMAT_CHECKER)  # type: ignore[no-untyped-call]
+    safe.evolve = _pinned_evolve(safe)
+    return safe
+
+
+def _pinned_evolve(cls: Any) -> Callable[..., Any]:
+    """jsonschema's ``evolve``, except that the new validator is always of class ``cls``.
+
+    jsonschema builds a validator for every subschema it enters, and picks its class by the subschema's
+    ``$schema``: a URI it knows (a ``$schema`` below the root, or the root's own when ``$ref: "#"`` enters the root
+    again, as recursive draft-07 schemas do) switches to jsonschema's stock class, which matches ``pattern`` with
+    Python's backtracking ``re`` and spends no step of the budget. bastion reads a schema in one dialect, the one
+    its root declares (its metaschema check and its scan used that one), so the safe class is kept throughout.
+    """
+    # The validator's constructor arguments, as jsonschema's own ``evolve`` copies them (attrs fields).
+    fields = [(field.name, field.alias) for field in cls.__attrs_attrs__ if field.init]
+
+    def evolve(self: Any, **changes: Any) -> Any:
+        changes.setdefault("schema", self.schema)
+        for name, alias in fields:
+            if alias not in changes:
+                changes[alias] = getattr(self, name)
+        return cls(**changes)
+
+    return evolve
 
 
 @dataclass(frozen=True, slots=True)
