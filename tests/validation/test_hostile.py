@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -205,3 +206,33 @@ def test_unique_items_is_linear_and_keeps_json_equality() -> None:
     assert not validators.input.validate([1, 1.0]).ok
     assert validators.input.validate([1, True]).ok
     assert validators.input.validate([0, False, None, "0", [0], {"0": 0}]).ok
+
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"child": value}
+    return value
+
+
+@pytest.mark.parametrize(("schema", "costly"), [
+    # The root's own $schema, entered again through a recursive $ref (the TypeScript SDK writes this $schema).
+    ({"$schema": DRAFT7, "type": "object",
+      "properties": {"child": {"$ref": "#"}, "name": {"type": "string", "pattern": "^(a+)+$"}}}, _nested(40)),
+    # A $schema below the root.
+    ({"type": "object", "properties": {"child": {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                                                 "properties": {"name": {"pattern": "^(a+)+$"}},
+                                                 "additionalProperties": {"type": "string"}}}},
+     {"child": {f"k{i}": "x" for i in range(40)}}),
+])
+def test_a_subschemas_dollar_schema_does_not_escape_re2_or_the_budget(schema: dict[str, Any], costly: Any) -> None:
+    # jsonschema would validate such subschemas with its stock validator: Python's re (this input would take
+    # minutes), and no step budget.
+    validator = compile_tool({"inputSchema": schema}, LIMITS).input
+    assert validator.validate({"child": {"name": "a" * 50_000 + "!"}}).violations == (
+        "$.child.name: must match the pattern '^(a+)+$'",)
+    tight = compile_tool({"inputSchema": schema}, dataclasses.replace(LIMITS, max_validation_steps=30)).input
+    assert tight.validate(costly).violations == ("$: is too complex to validate within bastion's limits",)

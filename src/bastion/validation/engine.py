@@ -14,6 +14,7 @@ shared and immutable.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -162,7 +163,16 @@ def additional_keys(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> l
 _STEP_COST = {"$ref": 8, "$dynamicRef": 8, "$recursiveRef": 8}
 
 
+def step_cost(keyword: str) -> int:
+    """The steps one evaluation of ``keyword`` spends (``fast.py`` counts them exactly as the validators spend)."""
+    return _STEP_COST.get(keyword, 1)
+
+
 def _metered(keyword: Keyword, cost: int) -> Keyword:
+    # ``wraps`` keeps the implementation reachable (``__wrapped__``): the fast path recognises a keyword by the
+    # function jsonschema would run for it, so a dialect or a jsonschema release that implements a keyword
+    # differently is never mistaken for the variant the fast path reproduces.
+    @functools.wraps(keyword)
     def run(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         current = CURRENT_RUN.get()
         if current is not None:
@@ -184,10 +194,34 @@ FORMAT_CHECKER = build_format_checker()
 
 
 def _safe_class(base: Any) -> Any:
-    keywords = {name: _metered(_RE2_KEYWORDS.get(name, fn), _STEP_COST.get(name, 1))
+    keywords = {name: _metered(_RE2_KEYWORDS.get(name, fn), step_cost(name))
                 for name, fn in base.VALIDATORS.items()}
     # No ``version``: that would register the class in jsonschema's global dialect table.
-    return extend(base, validators=keywords, format_checker=FORMAT_CHECKER)  # type: ignore[no-untyped-call]
+    safe = extend(base, validators=keywords, format_checker=FORMAT_CHECKER)  # type: ignore[no-untyped-call]
+    safe.evolve = _pinned_evolve(safe)
+    return safe
+
+
+def _pinned_evolve(cls: Any) -> Callable[..., Any]:
+    """jsonschema's ``evolve``, except that the new validator is always of class ``cls``.
+
+    jsonschema builds a validator for every subschema it enters, and picks its class by the subschema's
+    ``$schema``: a URI it knows (a ``$schema`` below the root, or the root's own when ``$ref: "#"`` enters the root
+    again, as recursive draft-07 schemas do) switches to jsonschema's stock class, which matches ``pattern`` with
+    Python's backtracking ``re`` and spends no step of the budget. bastion reads a schema in one dialect, the one
+    its root declares (its metaschema check and its scan used that one), so the safe class is kept throughout.
+    """
+    # The validator's constructor arguments, as jsonschema's own ``evolve`` copies them (attrs fields).
+    fields = [(field.name, field.alias) for field in cls.__attrs_attrs__ if field.init]
+
+    def evolve(self: Any, **changes: Any) -> Any:
+        changes.setdefault("schema", self.schema)
+        for name, alias in fields:
+            if alias not in changes:
+                changes[alias] = getattr(self, name)
+        return cls(**changes)
+
+    return evolve
 
 
 @dataclass(frozen=True, slots=True)
