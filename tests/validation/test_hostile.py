@@ -152,6 +152,18 @@ def test_catastrophic_pattern_in_additional_properties_names_finishes() -> None:
     assert validators.input.validate({name: 1}).violations == (f"$: unexpected property '{shown}'",)
 
 
+def test_a_lone_surrogate_is_matched_not_an_error() -> None:
+    """JSON strings may hold lone surrogates (the front door keeps them); RE2 matches UTF-8, which cannot hold
+    them. Patterns still decide, reading each as U+FFFD, in values and in property names alike."""
+    schema = {"type": "object", "properties": {"s": {"pattern": "^[a-z]+$"}, "any": {"pattern": "^a.$"}},
+              "patternProperties": {"^k[a-z]$": {"type": "integer"}}, "additionalProperties": False}
+    validators = compile_tool({"inputSchema": schema}, LIMITS)
+    assert validators.input.validate({"s": "a\ud800"}).violations == ("$.s: must match the pattern '^[a-z]+$'",)
+    assert validators.input.validate({"any": "a\udfff"}).ok
+    assert not validators.input.validate({"k\ud800": 1}).ok  # not a k+letter name: an unexpected property
+    assert validators.input.validate({"kx": 1, "s": "ok"}).ok
+
+
 def test_unevaluated_properties_with_pattern_properties_is_rejected() -> None:
     reason = rejected({"patternProperties": {"^a": {}}, "unevaluatedProperties": False})
     assert "unevaluatedProperties combined with patternProperties" in reason
