@@ -138,7 +138,8 @@ def build(settings: Settings) -> Components:
                              follow_redirects=False)
     limits_cfg: RateLimitConfig = settings.section("rate_limits")
     # Every Redis client comes from one factory, with the retry and health-check options its use needs.
-    redis_clients = RedisClients.open(settings.redis_url, limiter_timeout_s=limits_cfg.timeout_s) \
+    redis_clients = RedisClients.open(settings.redis_url, limiter_timeout_s=limits_cfg.timeout_s,
+                                      lean=limits_cfg.redis_client == "fast") \
         if settings.redis_url else None
     redis_client = redis_clients.shared if redis_clients is not None else None
     metrics = Metrics()
@@ -352,7 +353,8 @@ def _limiter(cfg: RateLimitConfig, redis_clients: RedisClients | None, metrics: 
         if event in ("redis_unavailable", "redis_recovered"):
             metrics.set_limiter_redis_up(event == "redis_recovered")
 
-    limiter = build_limiter(cfg, limiter_redis, on_event=on_limiter_event)
+    limiter = build_limiter(cfg, limiter_redis, on_event=on_limiter_event,
+                            scripts=redis_clients.limiter_scripts if redis_clients is not None else None)
     if limiter_redis is not None:
         metrics.set_limiter_redis_up(True)  # the limiter starts healthy; its events move the gauge from here
     return limiter

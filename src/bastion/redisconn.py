@@ -44,7 +44,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["ClientOptions", "RedisClients", "RedisTarget", "open_client", "open_pubsub", "parse_target"]
+from bastion.resp import LeanRedis, LeanTarget
+
+__all__ = ["ClientOptions", "RedisClients", "RedisTarget", "open_client", "open_lean", "open_pubsub", "parse_target"]
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
@@ -239,30 +241,44 @@ async def open_pubsub(client: aioredis.Redis) -> aioredis.client.PubSub:
     return client.pubsub()
 
 
+def open_lean(url: str, options: ClientOptions) -> LeanRedis | None:
+    """The lean client of ``bastion.resp`` for ``url`` with these options, or None when ``url`` is not a single
+    server that client reads exactly (Sentinel, Cluster, query options): redis-py then serves alone."""
+    target = LeanTarget.parse(url) if parse_target(url).kind == "single" else None
+    if target is None:
+        return None
+    return LeanRedis(target, socket_timeout=options.socket_timeout_s, connect_timeout=options.connect_timeout_s,
+                     retries=options.retries, health_check_interval=options.health_check_interval_s)
+
+
 @dataclass(slots=True)
 class RedisClients:
     """The gateway's Redis clients, one pool each, so a burst on one use cannot starve another of connections.
 
     ``shared`` serves sessions, pins, the audit stream and readiness; ``limiter`` the rate limiter, whose short
-    timeouts would be wrong for the others.
+    timeouts would be wrong for the others. ``limiter_scripts``, when there is one, runs the limiter's scripts on
+    the hot path: the lean client, with ``limiter``'s options, on a single server.
     """
 
     shared: aioredis.Redis
     limiter: aioredis.Redis
+    limiter_scripts: LeanRedis | None = None
 
     @classmethod
-    def open(cls, url: str, *, limiter_timeout_s: float) -> RedisClients:
-        return cls(shared=open_client(url, SHARED), limiter=open_client(url, limiter_options(limiter_timeout_s)))
+    def open(cls, url: str, *, limiter_timeout_s: float, lean: bool = True) -> RedisClients:
+        options = limiter_options(limiter_timeout_s)
+        return cls(shared=open_client(url, SHARED), limiter=open_client(url, options),
+                   limiter_scripts=open_lean(url, options) if lean else None)
 
     async def warm(self, timeout_s: float = 2.0) -> bool:
-        """PING both clients once at startup, best effort; True when both answered.
+        """PING every client once at startup, best effort; True when all answered.
 
         A Cluster client discovers the slot map, and a Sentinel client the primary, on its first command. Left to
         the first request, that discovery (several round trips, new connections) ran inside the limiter's 250 ms
         budget and, on a loaded machine, refused the first calls with -31004. Redis being down at startup is a
         supported state (each use has its outage behaviour), so a failure here is only logged by the caller.
         """
-        async def ping(client: aioredis.Redis) -> bool:
+        async def ping(client: aioredis.Redis | LeanRedis) -> bool:
             try:
                 async with asyncio.timeout(timeout_s):
                     await client.ping()
@@ -270,9 +286,14 @@ class RedisClients:
                 return False
             return True
 
-        results = await asyncio.gather(ping(self.shared), ping(self.limiter))
+        checks = [ping(self.shared), ping(self.limiter)]
+        if self.limiter_scripts is not None:
+            checks.append(ping(self.limiter_scripts))
+        results = await asyncio.gather(*checks)
         return all(results)
 
     async def aclose(self) -> None:
+        if self.limiter_scripts is not None:
+            await self.limiter_scripts.aclose()
         await self.limiter.aclose()
         await self.shared.aclose()

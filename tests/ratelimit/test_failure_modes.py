@@ -1,4 +1,8 @@
-"""Redis killed, frozen and restarted under a live limiter: the failure mode decides, and service recovers."""
+"""Redis killed, frozen and restarted under a live limiter: the failure mode decides, and service recovers.
+
+Every test runs twice: with the scripts on redis-py's client, and on the lean client of ``bastion.resp`` (the
+default for a single server), which must fail, time out and recover exactly as redis-py does.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from bastion.errors import LimiterUnavailable
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.limiter import CapCheck, LimiterEvent
 from bastion.ratelimit.redis_limiter import FailureMode, RedisLimiter
+from bastion.redisconn import ClientOptions, open_lean
+from bastion.resp import LeanRedis
 from tests.support.redis_server import RedisServer
 
 CHECK = RateCheck(name="fm", key="fm:global", emission_us=1_000_000, burst=1000)
@@ -29,9 +35,21 @@ async def client(private_redis: RedisServer) -> AsyncIterator[Redis]:
     await c.aclose()
 
 
-def make(client: Redis, mode: FailureMode, events: list[tuple[LimiterEvent, str | None]]) -> RedisLimiter:
+@pytest.fixture(params=["redis-py", "fast"])
+async def scripts(request: pytest.FixtureRequest, private_redis: RedisServer) -> AsyncIterator[LeanRedis | None]:
+    if request.param == "redis-py":
+        yield None
+        return
+    lean = open_lean(private_redis.url, ClientOptions(socket_timeout_s=0.5, connect_timeout_s=0.5))
+    assert lean is not None
+    yield lean
+    await lean.aclose()
+
+
+def make(client: Redis, mode: FailureMode, events: list[tuple[LimiterEvent, str | None]],
+         scripts: LeanRedis | None) -> RedisLimiter:
     return RedisLimiter(client, key_prefix="fm", failure_mode=mode, timeout_s=1.0,
-                        on_event=lambda e, limit: events.append((e, limit)))
+                        on_event=lambda e, limit: events.append((e, limit)), scripts=scripts)
 
 
 async def until_allowed(limiter: RedisLimiter) -> None:
@@ -47,9 +65,10 @@ async def until_allowed(limiter: RedisLimiter) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_closed_refuses_while_redis_is_down_and_recovers(private_redis: RedisServer, client: Redis) -> None:
+async def test_closed_refuses_while_redis_is_down_and_recovers(private_redis: RedisServer, client: Redis,
+                                                               scripts: LeanRedis | None) -> None:
     events: list[tuple[LimiterEvent, str | None]] = []
-    limiter = make(client, "closed", events)
+    limiter = make(client, "closed", events, scripts)
     assert (await asyncio.wait_for(limiter.check([CHECK]), 10)).allowed
     private_redis.kill()
     with capture_logs() as logs:
@@ -75,9 +94,10 @@ async def test_closed_refuses_while_redis_is_down_and_recovers(private_redis: Re
     assert unavailable["failure_mode"] == "closed"
 
 
-async def test_open_allows_while_redis_is_down_and_recovers(private_redis: RedisServer, client: Redis) -> None:
+async def test_open_allows_while_redis_is_down_and_recovers(private_redis: RedisServer, client: Redis,
+                                                               scripts: LeanRedis | None) -> None:
     events: list[tuple[LimiterEvent, str | None]] = []
-    limiter = make(client, "open", events)
+    limiter = make(client, "open", events, scripts)
     assert (await asyncio.wait_for(limiter.check([CHECK]), 10)).allowed
     private_redis.kill()
     with capture_logs() as logs:
@@ -97,8 +117,9 @@ async def test_open_allows_while_redis_is_down_and_recovers(private_redis: Redis
         assert await client.zcard(limiter.cap_key(CAP.key)) == 1
 
 
-async def test_a_frozen_redis_times_out_instead_of_hanging(private_redis: RedisServer, client: Redis) -> None:
-    limiter = make(client, "closed", [])
+async def test_a_frozen_redis_times_out_instead_of_hanging(private_redis: RedisServer, client: Redis,
+                                                               scripts: LeanRedis | None) -> None:
+    limiter = make(client, "closed", [], scripts)
     assert (await asyncio.wait_for(limiter.check([CHECK]), 10)).allowed
     assert private_redis.proc is not None
     pid = private_redis.proc.pid
@@ -113,9 +134,9 @@ async def test_a_frozen_redis_times_out_instead_of_hanging(private_redis: RedisS
     assert limiter.healthy
 
 
-async def test_leases_survive_a_redis_restart_through_the_heartbeat(private_redis: RedisServer,
-                                                                    client: Redis) -> None:
-    limiter = RedisLimiter(client, key_prefix="fm", timeout_s=1.0, lease_ttl_s=0.6)
+async def test_leases_survive_a_redis_restart_through_the_heartbeat(private_redis: RedisServer, client: Redis,
+                                                                    scripts: LeanRedis | None) -> None:
+    limiter = RedisLimiter(client, key_prefix="fm", timeout_s=1.0, lease_ttl_s=0.6, scripts=scripts)
     async with limiter.lease([CAP]):
         private_redis.kill()
         private_redis.start()

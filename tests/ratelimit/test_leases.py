@@ -15,19 +15,24 @@ from bastion.errors import RateLimited
 from bastion.ratelimit.limiter import CapCheck, Limiter
 from bastion.ratelimit.memory import MemoryLimiter
 from bastion.ratelimit.redis_limiter import RedisLimiter
+from bastion.redisconn import limiter_options, open_lean
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CAP = CapCheck(name="inflight", key="inflight:principal=alice", max=2)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-fast"])
 async def limiter(request: pytest.FixtureRequest, redis_server: RedisServer, prefix: str) -> AsyncIterator[Limiter]:
     if request.param == "memory":
         yield MemoryLimiter()
         return
     client = Redis.from_url(redis_server.url)
-    yield RedisLimiter(client, key_prefix=prefix, timeout_s=10.0)
+    # redis-fast: the scripts on the lean client (bastion.resp), as a gateway on a single server runs them.
+    lean = open_lean(redis_server.url, limiter_options(10.0)) if request.param == "redis-fast" else None
+    yield RedisLimiter(client, key_prefix=prefix, timeout_s=10.0, scripts=lean)
+    if lean is not None:
+        await lean.aclose()
     await client.aclose()
 
 

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.model import Rate, RateLimitSpec
 from bastion.ratelimit.redis_limiter import RedisLimiter
+from bastion.redisconn import limiter_options, open_lean
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,26 @@ async def test_two_replicas_share_one_budget(redis_server: RedisServer, prefix: 
     finally:
         for c in clients:
             await c.aclose()
+
+
+async def test_the_lean_client_counts_exactly_and_shares_the_budget_with_redis_py(redis_server: RedisServer,
+                                                                                redis_client: Redis,
+                                                                                prefix: str) -> None:
+    """The scripts on ``bastion.resp``'s one multiplexed connection: 100 concurrent decisions, each answered to its
+    own caller, and the same buckets as a limiter on redis-py (a replica configured with ``redis_client:
+    redis-py``)."""
+    lean = open_lean(redis_server.url, limiter_options(10.0))
+    assert lean is not None
+    try:
+        fast = RedisLimiter(redis_client, key_prefix=prefix, timeout_s=10.0, scripts=lean)
+        assert await admitted(fast, [check("exact", "20/3600")], 100) == 20
+        assert fast.stats.rejected == 80
+        other = limiter_for(redis_client, prefix)
+        counts = await asyncio.gather(admitted(fast, [check("shared", "25/3600")], 60),
+                                      admitted(other, [check("shared", "25/3600")], 60))
+        assert sum(counts) == 25
+    finally:
+        await lean.aclose()
 
 
 async def test_two_processes_share_one_budget(redis_server: RedisServer, redis_client: Redis, prefix: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from bastion.errors import ConfigError
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_concurrency, parse_limit
@@ -13,7 +13,9 @@ from bastion.ratelimit.redis_limiter import FailureMode
 from bastion.redisconn import limiter_options
 from bastion.units import parse_duration
 
-_KEYS = frozenset({"failure_mode", "timeout", "key_prefix", "defaults", "concurrency", "lease_ttl"})
+_KEYS = frozenset({"failure_mode", "timeout", "key_prefix", "defaults", "concurrency", "lease_ttl", "redis_client"})
+# The limiter's scripts on one Redis server: the lean client of bastion.resp, or redis-py's (the escape hatch).
+RedisClientKind = Literal["fast", "redis-py"]
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:{}-]{1,64}$")
 
 
@@ -25,6 +27,7 @@ class RateLimitConfig:
     defaults: tuple[RateLimitSpec, ...] = ()
     concurrency: tuple[ConcurrencySpec, ...] = ()
     lease_ttl_s: float = 30.0
+    redis_client: RedisClientKind = "fast"
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, path: str = "rate_limits") -> RateLimitConfig:
@@ -43,6 +46,10 @@ class RateLimitConfig:
         if not isinstance(prefix, str) or not _PREFIX.match(prefix):
             raise ConfigError("key_prefix must be 1-64 characters of letters, digits and _.:{}-",
                               path=f"{path}.key_prefix")
+        client = data.get("redis_client", "fast")
+        if client not in ("fast", "redis-py"):
+            raise ConfigError(f"redis_client must be 'fast' or 'redis-py', got {client!r}",
+                              path=f"{path}.redis_client")
         timeout_s = parse_duration(data.get("timeout", 0.25), f"{path}.timeout")
         lease_ttl_s = parse_duration(data.get("lease_ttl", 30.0), f"{path}.lease_ttl")
         if lease_ttl_s < 0.1:
@@ -54,7 +61,7 @@ class RateLimitConfig:
         _unique([s.name for s in defaults], f"{path}.defaults")
         _unique([s.name for s in concurrency], f"{path}.concurrency")
         return cls(failure_mode=mode, timeout_s=timeout_s, key_prefix=prefix, defaults=defaults,
-                   concurrency=concurrency, lease_ttl_s=lease_ttl_s)
+                   concurrency=concurrency, lease_ttl_s=lease_ttl_s, redis_client=client)
 
     def redis_client_kwargs(self) -> dict[str, Any]:
         """Options for the ``redis.asyncio.Redis`` the limiter is given: socket timeouts matching ``timeout``, and
