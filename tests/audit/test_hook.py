@@ -78,3 +78,34 @@ async def test_error_refines_the_outcome(tmp_path: Path) -> None:
     assert doc["error"] == {"type": "UpstreamUnavailable", "plane": "protocol", "code": -31002,
                             "message": "Upstream 'files' is unavailable"}
     assert "10.0.0.5" not in path.read_text()
+
+
+async def test_without_sinks_no_record_is_built_and_the_metrics_count_the_same(tmp_path: Path) -> None:
+    """``audit.sinks: []``: the record is skipped, not its metrics. Every outcome, sanitizer counts and an error
+    that refines the outcome give the same samples as an auditor that writes records."""
+    cases = [*OUTCOMES, ("allowed", CallRecord(stage="complete", upstream_ms=2.0, sanitize={"secret:aws": 2}))]
+    with_records, without = Metrics(), Metrics()
+    written = AuditLog([FileSink(tmp_path / "audit.jsonl")])
+    silent = AuditLog([])
+    built: list[dict[str, object]] = []
+    for log, metrics in ((written, with_records), (silent, without)):
+        auditor = CallAuditor(log, metrics=metrics)
+        for outcome, template in cases:
+            await auditor(context(), dataclasses.replace(template), outcome, None, 7.0)
+        await auditor(context(), CallRecord(stage="forward"), "upstream_error", None, 3.0,
+                      error=UpstreamUnavailable("files"))
+    await written.close()
+
+    def counted(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {k: v for k, v in _samples(metrics).items() if not k[0].endswith(("_created", "_sum"))}
+
+    assert counted(without) == counted(with_records)
+    assert counted(without)[("bastion_tool_calls_total", (("decision", "allow"), ("stage", "complete"),
+                                                          ("tool", "files__read"), ("upstream", "files")))] == 2
+
+    # A console's live table listening: records are built again, for it.
+    silent.listeners.append(built.append)
+    await CallAuditor(silent)(context(), CallRecord(stage="complete", upstream_ms=1.0), "allowed", None, 2.0)
+    (doc,) = built
+    assert_valid(doc)
+    assert doc["outcome"] == "allowed"

@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 
 from bastion.audit.log import AuditLog
-from bastion.audit.record import as_outcome, call_record, fallback_call_record
+from bastion.audit.record import as_outcome, call_record, call_verdict, fallback_call_record, record_stage
 from bastion.call import CallContext, CallRecord
 from bastion.metrics import Metrics
 
@@ -40,6 +40,17 @@ class CallAuditor:
                        total_ms: float, *, error: BaseException | None = None) -> None:
         """``error``, when the pipeline passes the exception that ended the call, fills the record's ``error``
         object and refines the outcome (``upstream_unavailable`` vs ``upstream_error``, ``limiter_unavailable``)."""
+        audit = self.audit
+        if not audit.sinks and not audit.listeners:
+            # Audit is off (``audit.sinks: []``) and no console watches: the record would be built for nobody, at
+            # about a tenth of a forwarded call's CPU. The metrics count the same outcome it would have carried.
+            if self.metrics is not None:
+                try:
+                    out, decision = call_verdict(record, None if error is not None else as_outcome(outcome), error)
+                    self._observe(self.metrics, ctx, record, out, decision, record_stage(record), total_ms)
+                except Exception:
+                    _log.error("audit.metrics_failed", exc_info=True)
+            return
         started_at = self._clock() - total_ms / 1000
         try:
             doc = call_record(ctx, record, started_at=started_at, total_ms=total_ms,
@@ -52,20 +63,21 @@ class CallAuditor:
                                        outcome=as_outcome(outcome), problem=f"{type(exc).__name__}: {exc}"[:512])
         if self.metrics is not None:
             try:
-                self._observe(self.metrics, ctx, record, doc)
+                self._observe(self.metrics, ctx, record, doc["outcome"], doc["decision"], doc["stage"],
+                              doc["latency_ms"]["total"])
             except Exception:
                 _log.error("audit.metrics_failed", exc_info=True)
-        await self.audit.emit(doc)
+        await audit.emit(doc)
 
     @staticmethod
-    def _observe(metrics: Metrics, ctx: CallContext, record: CallRecord, doc: dict[str, Any]) -> None:
+    def _observe(metrics: Metrics, ctx: CallContext, record: CallRecord, out: str, decision: str, stage: str,
+                 total_ms: float) -> None:
         up_ms = record.upstream_ms
-        metrics.observe_call(tool=ctx.tool.public_name, upstream=ctx.tool.upstream, decision=doc["decision"],
-                             stage=doc["stage"], total_s=doc["latency_ms"]["total"] / 1000,
+        metrics.observe_call(tool=ctx.tool.public_name, upstream=ctx.tool.upstream, decision=decision,
+                             stage=stage, total_s=total_ms / 1000,
                              upstream_s=None if up_ms is None else up_ms / 1000)
-        out = doc["outcome"]
-        if doc["stage"] == "policy" and doc["decision"] == "deny":
-            metrics.policy_denied(doc.get("rule_id"))
+        if stage == "policy" and decision == "deny":
+            metrics.policy_denied(record.rule_id)
         if out == "rate_limited" and record.limit:
             metrics.ratelimit_rejected(record.limit)
         elif out == "invalid_input":

@@ -50,6 +50,7 @@ __all__ = [
     "as_outcome",
     "auth_failure_record",
     "call_record",
+    "call_verdict",
     "canonical_json",
     "catalogue_drop_record",
     "classify_outcome",
@@ -59,6 +60,7 @@ __all__ = [
     "pin_approve_record",
     "pin_drift_record",
     "policy_reload_record",
+    "record_stage",
     "rfc3339",
     "session_record",
     "tools_list_record",
@@ -217,6 +219,21 @@ def as_outcome(name: str) -> Outcome:
     return cast(Outcome, name) if name in _DECISIONS else "error"
 
 
+def call_verdict(record: CallRecord, outcome: Outcome | None, error: BaseException | None) -> tuple[Outcome, Decision]:
+    """The outcome and decision a ``tool.call`` record carries: ``outcome`` (else ``classify_outcome``), and
+    ``sanitized`` for an allowed call the sanitizer changed. Also what the call's metrics count, with or without a
+    record."""
+    out: Outcome = outcome if outcome is not None else classify_outcome(record, error)
+    if out == "allowed" and any(record.sanitize.values()):
+        out = "sanitized"
+    return out, _DECISIONS[out]
+
+
+def record_stage(record: CallRecord) -> str:
+    """The stage a ``tool.call`` record names: where the call ended."""
+    return _short(record.stage, 64)
+
+
 def classify_outcome(record: CallRecord | None, error: BaseException | None) -> Outcome:
     """Name what happened to a call from the error that ended it (``None`` when it completed)."""
     if error is None:
@@ -282,9 +299,7 @@ def call_record(
     guards), or ``None`` when none was.
     """
     rec = record if record is not None else CallRecord()
-    out: Outcome = outcome if outcome is not None else classify_outcome(rec, error)
-    if out == "allowed" and any(rec.sanitize.values()):
-        out = "sanitized"
+    out, decision = call_verdict(rec, outcome, error)
     if ctx is not None:
         request_id = request_id if request_id is not None else ctx.client_id
         call_id = call_id if call_id is not None else ctx.request_id
@@ -298,7 +313,7 @@ def call_record(
         original_tool = original_tool if original_tool is not None else ctx.tool.original_name
         arguments = arguments if arguments is not None else ctx.arguments
     up_ms = upstream_ms if upstream_ms is not None else rec.upstream_ms
-    stage = _short(rec.stage, 64)
+    stage = record_stage(rec)
 
     doc = _envelope(event, started_at, request_id=request_id, session=session, era=era, principal=principal,
                     client_info=client_info, traceparent=traceparent)
@@ -306,7 +321,7 @@ def call_record(
     # An unknown tool has neither upstream nor original name: null, as documented (never "").
     doc["tool"] = {"name": _short(public_tool), "upstream": _short_or_none(upstream or None),
                    "original": _short_or_none(original_tool or None)}
-    doc["decision"] = _DECISIONS[out]
+    doc["decision"] = decision
     doc["outcome"] = out
     doc["stage"] = stage
     doc["rule_id"] = rec.rule_id
