@@ -15,6 +15,7 @@ def test_full_section() -> None:
         "timeout": "50ms",
         "key_prefix": "acme:rl",
         "lease_ttl": "30s",
+        "redis_client": "redis-py",
         "defaults": [
             {"name": "per-principal", "rate": "60/minute", "burst": 10, "per": "principal"},
             {"name": "everyone", "rate": "1000/hour", "per": "global"},
@@ -25,6 +26,7 @@ def test_full_section() -> None:
     assert cfg.timeout_s == pytest.approx(0.05)
     assert cfg.key_prefix == "acme:rl"
     assert cfg.lease_ttl_s == 30.0
+    assert cfg.redis_client == "redis-py"
     assert cfg.defaults == (
         RateLimitSpec(name="per-principal", scope="principal", rate=Rate(60, 60.0), burst=10),
         RateLimitSpec(name="everyone", scope="global", rate=Rate(1000, 3600.0)),
@@ -38,12 +40,14 @@ def test_full_section() -> None:
 def test_defaults_when_absent() -> None:
     assert RateLimitConfig.from_mapping(None) == RateLimitConfig()
     cfg = RateLimitConfig.from_mapping({})
-    assert (cfg.failure_mode, cfg.timeout_s, cfg.key_prefix, cfg.lease_ttl_s) == ("closed", 0.25, "bastion:rl", 30.0)
+    assert (cfg.failure_mode, cfg.timeout_s, cfg.key_prefix, cfg.lease_ttl_s, cfg.redis_client) == (
+        "closed", 0.25, "bastion:rl", 30.0, "fast")
 
 
 @pytest.mark.parametrize(("data", "path", "fragment"), [
     ({"mode": "open"}, "rate_limits.mode", "unknown key"),
     ({"failure_mode": "sometimes"}, "rate_limits.failure_mode", "closed' or 'open"),
+    ({"redis_client": "hiredis"}, "rate_limits.redis_client", "'fast' or 'redis-py', got 'hiredis'"),
     ({"timeout": "fast"}, "rate_limits.timeout", "duration"),
     ({"timeout": 0}, "rate_limits.timeout", "positive"),
     ({"lease_ttl": "10ms"}, "rate_limits.lease_ttl", "at least"),
