@@ -28,7 +28,8 @@ from bastion.errors import (
 )
 from bastion.jsonrpc import RequestId
 
-__all__ = ["KEEPALIVE_S", "MODERN_ERROR_STATUS", "SSE_HEADERS", "Answer", "http_error_response", "json_response"]
+__all__ = ["KEEPALIVE_S", "MODERN_ERROR_STATUS", "SSE_HEADERS", "Answer", "JsonResponse", "http_error_response",
+           "json_response"]
 
 # The 2026-07-28 revision gives these JSON-RPC errors an HTTP status of their own, whoever raised them (an
 # upstream's relayed -32021 included); every other error travels with 200.
@@ -63,9 +64,28 @@ class Answer:
         return json_response(self.body, self.status, self.headers)
 
 
+class JsonResponse(Response):
+    """``Response(content, status_code, headers, media_type="application/json")`` with ``content`` already encoded:
+    the same status, body and header list, built without starlette's generic rendering and header logic (a few
+    percent of a forwarded call's CPU). The front door writes it in one call (``server/protocol.deliver``)."""
+
+    media_type = "application/json"
+
+    def __init__(self, content: bytes, status_code: int = 200, headers: Mapping[str, str] | None = None) -> None:
+        self.status_code = status_code
+        self.body = content
+        self.background = None
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()] if headers else []
+        names = {name for name, _ in raw}
+        if b"content-length" not in names and not (status_code < 200 or status_code in (204, 304)):
+            raw.append((b"content-length", str(len(content)).encode("latin-1")))
+        if b"content-type" not in names:
+            raw.append((b"content-type", b"application/json"))
+        self.raw_headers = raw
+
+
 def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(jsonrpc.dumps(body), status_code=status, media_type="application/json",
-                    headers=dict(headers or {}))
+    return JsonResponse(jsonrpc.dumps(body), status, headers)
 
 
 def http_error_response(exc: HttpError) -> Response:

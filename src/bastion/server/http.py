@@ -58,7 +58,7 @@ from bastion.server.checks import (
 )
 from bastion.server.lifecycle import SessionEvent, SessionLifecycle
 from bastion.server.modern import ModernDoor, is_modern
-from bastion.server.protocol import deliver
+from bastion.server.protocol import deliver, whole_body
 from bastion.server.responder import Responder
 
 __all__ = ["Authenticate", "McpEndpoint", "OnRefused", "SessionEvent"]
@@ -165,6 +165,13 @@ class McpEndpoint:
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.listen.max_body_bytes
+        body = whole_body(request.receive)
+        if body is not None:
+            # All of it arrived with the head (the common case under bastion's own HTTP protocol).
+            if len(body) > limit:
+                raise Refused(413, "Request body too large", reason="body_too_large", code=REQUEST_TOO_LARGE,
+                              log_detail=f"streamed body over {limit} bytes")
+            return body
         chunks = []
         size = 0
         async for chunk in request.stream():

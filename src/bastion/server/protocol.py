@@ -58,9 +58,10 @@ from uvicorn.protocols.http.httptools_impl import (
 
 from bastion import jsonrpc
 from bastion.errors import INVALID_REQUEST, Refused
+from bastion.server.answer import JsonResponse
 from bastion.server.checks import FRONT_LINES, FrontLines
 
-__all__ = ["FrontDoorOptions", "FrontDoorProtocol", "deliver", "front_door_protocol"]
+__all__ = ["FrontDoorOptions", "FrontDoorProtocol", "deliver", "front_door_protocol", "whole_body"]
 
 log = structlog.get_logger("bastion.http")
 
@@ -74,6 +75,9 @@ _TE_ERRORS = ("Request has invalid `Transfer-Encoding`", "Invalid `Transfer-Enco
 # with it: copying a body costs more than gathering two buffers long before this size (a 650 KB tools/list page
 # took 0.5 ms to concatenate, page faults included).
 _GATHER_BYTES = 64 * 1024
+
+# Responses that are only a status, headers and a body, which ``deliver`` may write itself.
+_PLAIN: tuple[type[Response], ...] = (Response, JsonResponse)
 
 # A request line's method: a token, then a space (RFC 9110 section 9.1, RFC 9112 section 3).
 _METHOD = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64} ")
@@ -168,6 +172,22 @@ class _OneWriteCycle(RequestResponseCycle):
             transport.write(hold.data)
 
 
+    def take_body(self) -> bytes | None:
+        """The whole request body, when it is all here: what ``receive`` returns as its one ``http.request``
+        message (the same state changes: the 100-continue answer, reading resumed, the event cleared), without
+        the message, the coroutine and starlette's stream around it. None, having done nothing, when more body is
+        to come or the client is gone: the caller then reads through ASGI as usual."""
+        if self.more_body or self.disconnected or self.response_complete or not self.message_event.is_set():
+            return None
+        if self.waiting_for_100_continue and not self.transport.is_closing():
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.waiting_for_100_continue = False
+        self.flow.resume_reading()
+        self.message_event.clear()
+        body = bytes(self.body)
+        self.body = bytearray()
+        return body
+
     def send_whole(self, status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> bool:
         """Write a whole response of declared length at once, without ASGI messages: what ``send`` does for a
         start and its one body message (the same checks, bytes and bookkeeping), in one call.
@@ -224,12 +244,21 @@ class _OneWriteCycle(RequestResponseCycle):
         return True
 
 
+def whole_body(receive: Receive) -> bytes | None:
+    """The request's whole body at once, when the server is bastion's and all of it has arrived
+    (``_OneWriteCycle.take_body``); None otherwise (read it through ``receive``)."""
+    cycle = getattr(receive, "__self__", None)
+    return cycle.take_body() if isinstance(cycle, _OneWriteCycle) else None
+
+
 async def deliver(response: Response, scope: AsgiScope, receive: Receive, send: Send) -> bool:
     """Send ``response``. A plain one (a JSON answer) leaves through bastion's protocol in one call when the
     server is bastion's (``_OneWriteCycle.send_whole``); anything else, or under another server, as ASGI. True
     when it left the first way."""
     cycle = getattr(send, "__self__", None)
-    if type(response) is Response and response.background is None and isinstance(cycle, _OneWriteCycle):
+    # Plain responses only (a JSON answer, starlette's or bastion's pre-encoded one): a subclass may render or send
+    # differently.
+    if type(response) in _PLAIN and response.background is None and isinstance(cycle, _OneWriteCycle):
         body = response.body
         if isinstance(body, bytes) and cycle.send_whole(response.status_code, response.raw_headers, body):
             return True
