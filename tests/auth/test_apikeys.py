@@ -3,6 +3,7 @@ from __future__ import annotations
 import hmac
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ from bastion.auth import AuthConfig, Authenticator, build_authenticator, generat
 from bastion.auth.apikeys import ApiKeyTable
 from bastion.errors import AuthenticationError
 from bastion.principal import Principal
+from bastion.server.checks import FrontHeaders
 
 ALICE_KEY, ALICE = generate_key("alice", ["eng"], {"team": "search"})
 BOB_KEY, BOB = generate_key("bob")
@@ -65,6 +67,21 @@ async def test_starlette_headers_are_read_case_insensitively(authenticator: Auth
         assert (await authenticator.authenticate(headers)).id == "alice"
     with pytest.raises(AuthenticationError):
         await authenticator.authenticate(Headers(raw=[(b"accept", b"application/json")]))
+
+
+async def test_the_front_doors_headers_are_not_scanned_again_for_an_absent_credential_header(
+        authenticator: Authenticator) -> None:
+    """``FrontHeaders`` (what the MCP endpoint passes) answers by name like starlette's ``Headers``: looking for
+    the absent one of ``Authorization`` and ``X-API-Key`` must not walk and decode every header again."""
+
+    class Unscannable(FrontHeaders):
+        def items(self) -> Any:
+            raise AssertionError("headers scanned again")
+
+    for name in (b"authorization", b"x-api-key"):
+        value = (b"Bearer " if name == b"authorization" else b"") + ALICE_KEY.encode()
+        headers = Unscannable([(b"accept", b"application/json"), (name, value)])
+        assert (await authenticator.authenticate(headers)).id == "alice"
 
 
 @pytest.fixture

@@ -126,9 +126,9 @@ def _credential(source: Literal["bearer", "x-api-key"], value: str, challenge: C
 
 def _get(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name)
-    if value is not None or type(headers) is Headers:
-        # Starlette's Headers are already case-insensitive (the server lowercases names): a miss is a miss, and
-        # scanning them again (each decoded anew) cost more than the rest of authentication.
+    if value is not None or isinstance(headers, Headers):
+        # Starlette's Headers, and the front door's FrontHeaders built on them, are already case-insensitive: a
+        # miss is a miss, and scanning them again (each decoded anew) cost more than the rest of authentication.
         return value
     # Plain dicts (the console, tests) are not.
     for key, val in headers.items():
