@@ -298,3 +298,25 @@ async def test_the_gateway_clients_give_the_limiter_a_lean_client_on_a_single_se
         assert escape.limiter_scripts is None
     finally:
         await escape.aclose()
+
+
+async def test_closing_the_client_during_a_connect_fails_its_callers_with_a_connection_error() -> None:
+    """``aclose`` cancels a connect in progress (here: AUTH to a peer that never answers); the callers waiting for
+    it get ConnectionError, not a cancellation they never asked for."""
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1000)
+        await asyncio.sleep(5)
+        writer.close()
+
+    port = free_port()
+    server = await asyncio.start_server(silent, "127.0.0.1", port)
+    client = lean(f"redis://:pw@127.0.0.1:{port}", ClientOptions(socket_timeout_s=5.0, connect_timeout_s=5.0))
+    try:
+        waiting = asyncio.ensure_future(client.ping())
+        await asyncio.sleep(0.2)
+        await client.aclose()
+        with pytest.raises(RedisConnectionError, match="client closed"):
+            await asyncio.wait_for(waiting, 5)
+    finally:
+        server.close()
+        await server.wait_closed()

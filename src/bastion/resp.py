@@ -345,7 +345,14 @@ class LeanRedis:
             task = self._connecting = asyncio.get_running_loop().create_task(self._open())
             task.add_done_callback(self._connected)
         # Shielded: a caller that gives up does not abort the connect the others are waiting for.
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and (current is None or not current.cancelling()):
+                # The connect was cancelled by ``aclose``, not this caller: a closed client, not a cancellation.
+                raise RedisConnectionError("client closed") from None
+            raise
 
     def _connected(self, task: asyncio.Task[_Connection]) -> None:
         self._connecting = None
