@@ -320,3 +320,20 @@ async def test_closing_the_client_during_a_connect_fails_its_callers_with_a_conn
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_commands_issued_in_one_turn_of_the_loop_reach_redis_in_one_read(client: LeanRedis,
+                                                                              admin: Redis) -> None:
+    """Under load many calls ask at once: their commands leave in one write, so Redis reads them with one system
+    call (``total_reads_processed``) instead of one each."""
+    await client.ping()
+
+    async def reads() -> int:
+        return int((await admin.info("stats"))["total_reads_processed"])
+
+    before = await reads()
+    results = await asyncio.gather(*(client.execute("INCR", "burst") for _ in range(100)))
+    after = await reads()
+    assert sorted(results) == list(range(1, 101))
+    # The admin's own INFO is one read; the hundred commands are one more (two if the kernel split the write).
+    assert after - before <= 3
