@@ -2,6 +2,7 @@
 
     python bench/instructions.py --scenario off --scenario full --baseline 057fd84
     python bench/instructions.py --scenario defaults --calls 300 --concurrency 32
+    python bench/instructions.py --scenario floor --scenario off     # the stack's floor beside bastion
 
 CPU seconds per call (``loadgen.py``, ``sidebyside.py``) are the figure to compare with other proxies, but on a
 shared 2-core machine they move by ±15% between two runs of the same code, which hides a change worth 5%. This
@@ -16,6 +17,11 @@ kernel's share of a send or a receive is not in it, and neither is the time a ca
 The same count for the same code and load repeats within about 1% (garbage collections and dict resizes fall a
 little differently each run); ``--baseline REV`` runs each scenario again from ``src/`` of an earlier revision
 (``baseline.py``), right after the working tree's, and prints the ratio.
+
+Work on a clock (the collector every second, health probes, the session cache's write-behind every 100 ms) runs as
+often per wall second under callgrind as without it, so per call it weighs about 50 times more than in real
+use. After the counted calls, the gateway is counted again for as long as they took, with no calls: the "of which
+timers" column, per call. It is an estimate of that share (a write-behind that has nothing to write does less).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -39,6 +46,7 @@ from loadgen import (
     REPO,
     BenchError,
     McpSession,
+    Scenario,
     free_port,
     gateway_config,
     load_scenarios,
@@ -46,6 +54,7 @@ from loadgen import (
     place_audit_files,
     running,
     stop,
+    wait_port,
     wait_ready,
 )
 
@@ -53,8 +62,11 @@ ARGUMENTS = {"text": "hello"}
 # The sum of the part's cost lines; its "summary:" line can be lower after a zeroing (the frames on the stack).
 TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 DUMPED = b"desc: Trigger: dump"
+PART = re.compile(rb"^part:\s+(\d+)", re.MULTILINE)
 # Under valgrind a call takes tens of milliseconds: the deadlines that would turn that into refusals are raised.
 SLOW_LIMITS: dict[str, Any] = {"rate_limits": {"timeout": "30s"}}
+# Not a bastion configuration: uvicorn and bastion's upstream pool forwarding bytes (floor_asgi.py), the stack's floor.
+FLOOR = "floor"
 
 
 def slow(doc: dict[str, Any]) -> dict[str, Any]:
@@ -85,8 +97,9 @@ async def load(url: str, headers: dict[str, str], concurrency: int, calls: int, 
 
 
 def count(name: str, doc: dict[str, Any], headers: dict[str, str], work: Path, args: argparse.Namespace,
-          baseline: Baseline | None) -> float:
-    """Instructions per call of one gateway: started under callgrind, warmed up, counted over ``--calls``."""
+          baseline: Baseline | None) -> tuple[float, float]:
+    """Instructions per call of one gateway, started under callgrind, warmed up, counted over ``--calls``; and
+    what the same gateway executed with no calls for as long as those calls took, per call (its timers)."""
     port = free_port()
     doc = slow({**doc, "listen": {**doc.get("listen", {}), "host": "127.0.0.1", "port": port}})
     config = work / f"{name}.yaml"
@@ -98,29 +111,47 @@ def count(name: str, doc: dict[str, Any], headers: dict[str, str], work: Path, a
         env, cwd = baseline.env(), baseline.root
     config.write_text(yaml.safe_dump(doc, sort_keys=False))
     out = work / f"{name}.callgrind"
+    served = [sys.executable, "-m", "bastion", "serve", "--config", str(config), "--grace", "5"]
+    if name == FLOOR:
+        served = [sys.executable, str(BENCH / "floor_asgi.py"), "--port", str(port), "--upstream",
+                  next(iter(doc["upstreams"].values()))["url"]]
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
-               "--collect-jumps=no", sys.executable, "-m", "bastion", "serve", "--config",
-               str(config), "--grace", "5"]
+               "--collect-jumps=no", *served]
     log = work / f"{name}.err"
     with (work / f"{name}.audit").open("wb") as audit, log.open("wb") as err:
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=audit, stderr=err)
         try:
-            wait_ready(f"http://127.0.0.1:{port}/readyz", proc, log, timeout=600)
+            if name == FLOOR:
+                wait_port(port, proc, timeout=600)
+            else:
+                wait_ready(f"http://127.0.0.1:{port}/readyz", proc, log, timeout=600)
             url = f"http://127.0.0.1:{port}/mcp"
-            asyncio.run(load(url, headers, args.concurrency, args.warmup, "fast__echo"))
+            tool = "echo" if name == FLOOR else "fast__echo"
+            asyncio.run(load(url, headers, args.concurrency, args.warmup, tool))
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
-            errors = asyncio.run(load(url, headers, args.concurrency, args.calls, "fast__echo"))
+            started = time.monotonic()
+            errors = asyncio.run(load(url, headers, args.concurrency, args.calls, tool))
+            took = time.monotonic() - started
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+            # The same wall time without calls: what timers (collector, health probes, write-behind) execute.
+            subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+            time.sleep(took)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
         finally:
             stop(proc, timeout=120)
     if errors:
         raise BenchError(f"{name}: {errors} of {args.calls} calls failed; see {log}")
-    # The part callgrind_control -d wrote (the one the process wrote at exit holds what came after it).
-    dumps = [path.read_bytes() for path in work.glob(f"{name}.callgrind*")]
-    totals = [int(m.group(1)) for data in dumps if DUMPED in data for m in TOTALS.finditer(data)]
-    if len(totals) != 1:
-        raise BenchError(f"{name}: expected one dumped part with totals, found {len(totals)}")
-    return totals[0] / args.calls
+    # The parts callgrind_control -d wrote, in order (the one the process wrote at exit holds what came after).
+    parts: dict[int, int] = {}
+    for path in work.glob(f"{name}.callgrind*"):
+        data = path.read_bytes()
+        part, total = PART.search(data), TOTALS.search(data)
+        if DUMPED in data and part is not None and total is not None:
+            parts[int(part.group(1))] = int(total.group(1))
+    if len(parts) != 2:
+        raise BenchError(f"{name}: expected two dumped parts with totals, found {len(parts)}")
+    counted, idle = (parts[k] for k in sorted(parts))
+    return counted / args.calls, idle / args.calls
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,41 +166,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError("valgrind is not installed (Debian package valgrind)")
     scenarios = load_scenarios()
     baseline = export(args.baseline) if args.baseline else None
-    rows: list[tuple[str, float, float | None]] = []
+    rows: list[tuple[str, tuple[float, float], tuple[float, float] | None]] = []
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bastion-instr-")))
         up_port = free_port()
         stack.enter_context(running([sys.executable, str(BENCH / "upstream_fast.py"), "--port", str(up_port),
                                      "--structured"], port=up_port))
         redis_url = None
-        if any(scenarios[s].needs_redis for s in args.scenario):
+        if any(s != FLOOR and scenarios[s].needs_redis for s in args.scenario):
             redis_port = free_port()
             exe = shutil.which("redis-server") or "redis-server"
             stack.enter_context(running([exe, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                          "--appendonly", "no", "--dir", str(work)], port=redis_port))
             redis_url = f"redis://127.0.0.1:{redis_port}/0"
         for name in args.scenario:
-            scenario = scenarios[name]
-            doc = place_audit_files(gateway_config(scenario, port=0, upstream_url=f"http://127.0.0.1:{up_port}/mcp",
-                                                   redis_url=redis_url), work)
+            scenario = scenarios[name] if name != FLOOR else Scenario(FLOOR, "floor: uvicorn and the upstream pool "
+                                                                             "forwarding bytes", None)
+            upstream_url = f"http://127.0.0.1:{up_port}/mcp"
+            if name == FLOOR:
+                doc: dict[str, Any] = {"upstreams": {"fast": {"url": upstream_url}}}
+            else:
+                doc = place_audit_files(gateway_config(scenario, port=0, upstream_url=upstream_url,
+                                                       redis_url=redis_url), work)
             now = count(name, doc, dict(scenario.headers), work, args, None)
-            print(f"{name}: {now / 1e6:.3f} M instructions per call", file=sys.stderr, flush=True)
+            print(f"{name}: {now[0] / 1e6:.3f} M instructions per call, idle {now[1] / 1e6:.3f}", file=sys.stderr,
+                  flush=True)
             old = None
-            if baseline is not None:
+            if baseline is not None and name != FLOOR:
                 old = count(f"{name}@{baseline.short}", doc, dict(scenario.headers), work, args, baseline)
-                print(f"{name}@{baseline.short}: {old / 1e6:.3f} M instructions per call", file=sys.stderr,
-                      flush=True)
+                print(f"{name}@{baseline.short}: {old[0] / 1e6:.3f} M instructions per call, idle "
+                      f"{old[1] / 1e6:.3f}", file=sys.stderr, flush=True)
             rows.append((scenario.label, now, old))
     print(machine_summary())
     print(f"Command: python bench/{Path(__file__).name} {' '.join(sys.argv[1:] if argv is None else argv)}")
     print(f"Load: {args.concurrency} session(s), {args.warmup} calls of warm-up, {args.calls} counted")
     print()
     short = baseline.short if baseline is not None else None
-    print("| scenario | M instructions/call | " + (f"@{short} | ratio |" if short else ""))
-    print("|---|---:|" + ("---:|---:|" if short else ""))
+    print("| scenario | M instructions/call | of which timers | " + (f"@{short} | of which timers | ratio |" if short
+                                                                   else ""))
+    print("|---|---:|---:|" + ("---:|---:|---:|" if short else ""))
     for label, now, old in rows:
-        tail = f" {old / 1e6:.3f} | {now / old:.2f} |" if old else ""
-        print(f"| {label} | {now / 1e6:.3f} |{tail}")
+        tail = f" {old[0] / 1e6:.3f} | {old[1] / 1e6:.3f} | {now[0] / old[0]:.2f} |" if old else ""
+        print(f"| {label} | {now[0] / 1e6:.3f} | {now[1] / 1e6:.3f} |{tail}")
     return 0
 
 
