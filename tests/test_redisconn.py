@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+import uvloop
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bastion.errors import ConfigError
-from bastion.redisconn import parse_target
+from bastion.redisconn import SHARED, open_client, parse_target
 from bastion.settings import _redis_url
+from tests.support.redis_server import RedisServer
 
 
 def test_sentinel_mapping_becomes_a_url_with_every_secret_intact() -> None:
@@ -57,3 +61,34 @@ def test_bad_urls_are_refused_without_echoing_credentials(url: str) -> None:
     with pytest.raises(ValueError) as err:
         parse_target(url)
     assert "secret" not in str(err.value)
+
+
+def test_a_connection_closed_under_a_command_is_a_connection_error_on_uvloop(private_redis: RedisServer) -> None:
+    """Under uvloop (the gateway's loop), redis-py writing on a connection whose transport is already closed (a
+    Sentinel failover, a primary killed under load) raised uvloop's RuntimeError, which no Redis error handling
+    in bastion expects: a lease release ended its call as an internal error. The clients map it to
+    ConnectionError, for commands and pipelines, and the next command connects afresh."""
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+        client = open_client(private_redis.url, SHARED)
+        try:
+            for use in ("command", "pipeline"):
+                await client.ping()
+                pooled = client.connection_pool._available_connections[0]  # type: ignore[attr-defined]
+                pooled._writer.transport.close()  # the socket goes; redis-py's objects stay as they were
+                await asyncio.sleep(0.05)
+                try:
+                    if use == "command":
+                        await client.ping()
+                    else:
+                        pipe = client.pipeline(transaction=False)
+                        pipe.ping()
+                        await pipe.execute()
+                except RedisConnectionError:
+                    seen.append(f"{use}: ConnectionError")
+                assert await client.ping() is True
+        finally:
+            await client.aclose()
+        return seen
+
+    assert uvloop.run(scenario()) == ["command: ConnectionError", "pipeline: ConnectionError"]

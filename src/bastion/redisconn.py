@@ -155,7 +155,7 @@ def open_client(url: str, options: ClientOptions) -> aioredis.Redis:
         return _sentinel_client(target, options)
     if target.kind == "cluster":
         return _cluster_client(target, options)
-    client: aioredis.Redis = aioredis.Redis.from_url(url, **options.kwargs())
+    client: aioredis.Redis = _FailoverSafeRedis.from_url(url, **options.kwargs())
     return client
 
 
@@ -169,14 +169,59 @@ def _sentinel_client(target: RedisTarget, options: ClientOptions) -> aioredis.Re
     if target.sentinel_password:
         sentinel_kwargs["password"] = target.sentinel_password
     sentinel = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
-    client: aioredis.Redis = sentinel.master_for(target.master, db=target.db, username=target.username,
-                                                 password=target.password, **options.kwargs())
+    client: aioredis.Redis = sentinel.master_for(target.master, redis_class=_FailoverSafeRedis, db=target.db,
+                                                 username=target.username, password=target.password,
+                                                 **options.kwargs())
     return client
 
 
-def _torn_down(exc: AttributeError) -> bool:
-    # The signature of redis-py using a connection whose reader/writer another task set to None.
-    return "'NoneType' object has no attribute" in str(exc)
+def _torn_down(exc: Exception) -> bool:
+    """Whether ``exc`` is redis-py using a connection that was closed under it: its reader or writer set to None by
+    another task (AttributeError), or its transport already closed by uvloop, which refuses the write with a
+    RuntimeError where asyncio's own loop would drop it silently."""
+    if isinstance(exc, AttributeError):
+        return "'NoneType' object has no attribute" in str(exc)
+    return isinstance(exc, RuntimeError) and "the handler is closed" in str(exc)
+
+
+class _FailoverSafeRedis(aioredis.Redis):
+    """redis-py's client (one server, or the primary a Sentinel names), whose commands fail with ``ConnectionError``
+    when their connection is closed under them.
+
+    redis-py 8.1 under uvloop: when a connection dies mid-command (a Sentinel failover, a primary killed under load),
+    a write on it can raise uvloop's ``RuntimeError: unable to perform operation on <TCPTransport closed=True>; the
+    handler is closed`` (seen in tests/redis_ha under load, once in two CI runs). Every use in bastion handles Redis
+    errors with its declared failure behaviour, but a RuntimeError escaped them all: a lease release ended its call
+    as an internal error. Mapped here, once, it is the connection error it is (as ``_FailoverSafeCluster`` does).
+    """
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]  # redis-py's
+        except (AttributeError, RuntimeError) as exc:
+            if not _torn_down(exc):
+                raise
+            await self._drop_idle()
+            raise RedisConnectionError(f"connection closed under the command: {exc}") from exc
+
+    async def _drop_idle(self) -> None:
+        """redis-py put the broken connection back in the pool (its reader and writer look alive): disconnect the
+        idle ones, so the next command connects afresh instead of failing on it again."""
+        await self.connection_pool.disconnect(inuse_connections=False)
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> aioredis.client.Pipeline:
+        return _FailoverSafeRedisPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+class _FailoverSafeRedisPipeline(aioredis.client.Pipeline):
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error)
+        except (AttributeError, RuntimeError) as exc:
+            if not _torn_down(exc):
+                raise
+            await self.connection_pool.disconnect(inuse_connections=False)
+            raise RedisConnectionError(f"connection closed under the pipeline: {exc}") from exc
 
 
 class _FailoverSafeCluster(RedisCluster):
@@ -192,7 +237,7 @@ class _FailoverSafeCluster(RedisCluster):
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().execute_command(*args, **kwargs)
-        except AttributeError as exc:
+        except (AttributeError, RuntimeError) as exc:
             if not _torn_down(exc):
                 raise
             raise RedisConnectionError(f"connection closed during a cluster failover: {exc}") from exc
@@ -207,7 +252,7 @@ class _FailoverSafePipeline(ClusterPipeline):
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().execute(*args, **kwargs)
-        except AttributeError as exc:
+        except (AttributeError, RuntimeError) as exc:
             if not _torn_down(exc):
                 raise
             raise RedisConnectionError(f"connection closed during a cluster failover: {exc}") from exc
