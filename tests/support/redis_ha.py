@@ -67,7 +67,9 @@ class Shape(Protocol):
 
     def client(self) -> Any: ...
 
-    def kill_primary(self, key: str) -> float: ...
+    def kill_primary(self, key: str) -> float:
+        """SIGKILL the primary that serves ``key``; the monotonic time read just before the kill."""
+        ...
 
     def stop(self) -> None: ...
 
@@ -135,8 +137,10 @@ class SingleShape:
         return redis.Redis.from_url(self.url, socket_timeout=2)
 
     def kill_primary(self, key: str) -> float:
-        self.server.kill()
+        # The clock is read before the kill: clients see the connections reset while the process is still being
+        # reaped, and a failure then is the kill's, not one before it.
         killed = time.monotonic()
+        self.server.kill()
         # Nothing to fail over to: the operator's restart (same port, empty) ends the outage.
         threading.Timer(self.restart_after_s, self.server.start).start()
         return killed
@@ -195,8 +199,9 @@ class SentinelShape:
 
     def kill_primary(self, key: str) -> float:
         old = self.primary()
+        killed = time.monotonic()  # before the kill, as for one server
         old.kill()
-        return time.monotonic()
+        return killed
 
     def stop(self) -> None:
         for n in self.sentinels + self.data:
@@ -255,8 +260,10 @@ class ClusterShape:
         raise RuntimeError(f"no node serves slot {slot}")
 
     def kill_primary(self, key: str) -> float:
-        self.primary_for(key).kill()
-        return time.monotonic()
+        primary = self.primary_for(key)
+        killed = time.monotonic()  # before the kill, as for one server
+        primary.kill()
+        return killed
 
     def stop(self) -> None:
         for n in self.nodes:
