@@ -53,6 +53,12 @@ LIST_RE = re.compile(r"^  - (\S+)")
 # Scenarios that change the upstream's lists (server-stateless pulls test_trigger_tool_change); they run alone after
 # the rest, so that tools-list's "consecutive listings are identical" check never sees a change mid-scenario.
 ALONE = frozenset({"server-stateless"})
+# Scenarios whose tool makes the upstream ask the client something (sampling, elicitation). A stdio upstream's
+# request carries nothing that says which call it belongs to; with several callers in flight bastion relays it
+# only among one principal's calls, and every harness client here is the same anonymous principal, so run in
+# parallel they could be asked each other's questions. A stdio upstream serves them one call at a time.
+ASKS_THE_CLIENT = frozenset({"tools-call-sampling", "tools-call-elicitation", "elicitation-sep1034-defaults",
+                             "elicitation-sep1330-enums"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +123,9 @@ def modern_harness() -> Harness:
     return install(MODERN)
 
 
-def run_harness(url: str, out_dir: Path, harness: Harness) -> Run:
-    names = [n for n in harness.scenarios if n not in ALONE]
+def run_harness(url: str, out_dir: Path, harness: Harness, alone: frozenset[str] = ALONE) -> Run:
+    """Every scenario of ``harness`` against ``url``, in parallel workers, then those in ``alone`` one by one."""
+    names = [n for n in harness.scenarios if n not in alone]
     chunks = [names[i::WORKERS] for i in range(WORKERS) if names[i::WORKERS]]
 
     def one(chunk: list[str]) -> str:
@@ -131,9 +138,9 @@ def run_harness(url: str, out_dir: Path, harness: Harness) -> Run:
 
     with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
         stdout = "\n".join(pool.map(one, chunks))
-    alone = [n for n in harness.scenarios if n in ALONE]
-    if alone:
-        stdout += "\n" + one(alone)
+    serial = [n for n in harness.scenarios if n in alone]
+    if serial:
+        stdout += "\n" + one(serial)
     return Run(load_results(out_dir), parse_summary(stdout), stdout)
 
 
@@ -197,8 +204,9 @@ BEYOND_DIRECT = {
 def assert_no_regressions(direct: Run, harness: Harness, conf: dict[str, Any], tmp_path: Path, label: str) -> None:
     gateway = GatewayProcess({"listen": {"path": "/mcp"}, "auth": "none", "upstreams": {"conf": conf}},
                              tmp_path).start()
+    alone = ALONE | ASKS_THE_CLIENT if "command" in conf else ALONE
     try:
-        through = run_harness(gateway.url, tmp_path / "out", harness)
+        through = run_harness(gateway.url, tmp_path / "out", harness, alone)
     finally:
         gateway.stop()
     lost = regressions(direct.results, through.results, through.summary)

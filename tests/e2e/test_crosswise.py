@@ -193,3 +193,32 @@ async def test_roots_list_in_a_call_is_the_callers_or_none(gw: GatewayProcess, u
     async with connect(gw, BOB_KEY) as bob:
         got = json.loads(text(await bob.call_tool(f"{upstream}__roots_in_call", {})))
     assert got["result"] == {"roots": []}
+
+
+@pytest.mark.parametrize("upstream", ["xs", "xh"])
+async def test_a_log_message_in_a_call_reaches_its_caller_whoever_else_is_calling(
+        gw: GatewayProcess, upstream: str) -> None:
+    # Three clients (two principals; bob with two sessions) each in a call that logs while all three are in
+    # flight. Over Streamable HTTP the message names its call; over stdio nothing does, and each must still hear
+    # its own: bastion gives it to every caller in flight rather than guess.
+    got: dict[str, list[str]] = {"alice": [], "bob": [], "carol": []}
+    keys = {"alice": ALICE_KEY, "bob": BOB_KEY, "carol": BOB_KEY}
+
+    async def call(who: str) -> None:
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            got[who].append(str(params.data))
+
+        async with connect(gw, keys[who], logging_callback=on_log) as client:
+            result = await client.call_tool(f"{upstream}__log_in_call",
+                                            {"text": f"from {who}'s call", "delay": 0.5, "after": 0.8})
+            assert text(result) == "logged"
+
+    async with anyio.create_task_group() as tg:
+        for who in got:
+            tg.start_soon(call, who)
+    for who, heard in got.items():
+        assert f"from {who}'s call" in heard, got
+        if upstream == "xh":
+            assert heard == [f"from {who}'s call"]  # the wire says whose it is: nobody hears another's
+        else:
+            assert sorted(heard) == sorted(f"from {w}'s call" for w in got)  # once each, none lost

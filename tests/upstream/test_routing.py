@@ -172,22 +172,61 @@ async def test_progress_for_another_requests_token_on_this_stream_is_dropped() -
     await asyncio.gather(a, b)
 
 
-async def test_unattributable_log_messages_are_unrelated_not_guessed_onto_a_caller() -> None:
+class Heard:
+    """A call's relay that says which client session it serves, like the dispatcher's, and records what it got."""
+
+    def __init__(self, name: str, audience: str | None, got: list[tuple[str, str]]) -> None:
+        self.name = name
+        self.owner = "anonymous"  # one principal throughout: the fan-out must not depend on it
+        self.audience = audience
+        self.got = got
+
+    async def __call__(self, method: str, params: Mapping[str, Any]) -> None:
+        self.got.append((self.name, str(params.get("data"))))
+
+
+async def test_an_unattributable_log_message_reaches_every_caller_in_flight_once() -> None:
     wire = Wire()
-    got: list[str] = []
+    got: list[tuple[str, str]] = []
 
-    async def handler(method: str, params: Mapping[str, Any]) -> None:
-        got.append(str(params.get("data")))
+    def log_msg(data: str) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": data}}
 
-    log_msg = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
-    a = wire.start(on_message=handler)
+    a = wire.start(on_message=Heard("a", "session-1", got))
     await asyncio.sleep(0)
-    await wire.rpc.handle(log_msg)  # one call in flight: it is that call's
-    assert got == ["x"] and wire.notifications == []
-    b = wire.start(on_message=handler)
+    await wire.rpc.handle(log_msg("one"))  # one call in flight: it is that call's
+    assert got == [("a", "one")] and wire.notifications == []
+    b = wire.start(on_message=Heard("b", "session-2", got))
+    c = wire.start(on_message=Heard("c", "session-1", got))
+    d = wire.start(on_message=Heard("d", None, got))
+    e = wire.start(on_message=Heard("e", None, got))
     await asyncio.sleep(0)
-    await wire.rpc.handle(log_msg)  # two: nobody's in particular
-    assert got == ["x"] and wire.notifications == [("notifications/message", {"level": "info", "data": "x"})]
+    got.clear()
+    # Four clients in flight (two sessions, two sessionless requests), session-1 with two calls: whoever caused
+    # it, it reaches them; session-1 once, on its most recent call. Never "nobody's": the caller that caused it
+    # would lose it (a guess would too, whenever it guessed wrong).
+    await wire.rpc.handle(log_msg("two"))
+    assert sorted(got) == [("b", "two"), ("c", "two"), ("d", "two"), ("e", "two")]
+    assert wire.notifications == []
+    for p in wire.pending():
+        await wire.rpc.handle(answer(p, "ok"))
+    await asyncio.gather(a, b, c, d, e)
+    await wire.rpc.handle(log_msg("three"))  # none in flight: unrelated
+    assert wire.notifications == [("notifications/message", {"level": "info", "data": "three"})]
+
+
+async def test_a_caller_whose_relay_fails_does_not_keep_a_log_message_from_the_others() -> None:
+    wire = Wire()
+    got: list[tuple[str, str]] = []
+
+    async def broken(method: str, params: Mapping[str, Any]) -> None:
+        raise RuntimeError("client went away")
+
+    a = wire.start(on_message=broken)
+    b = wire.start(on_message=Heard("b", "session-2", got))
+    await asyncio.sleep(0)
+    await wire.rpc.handle({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "x"}})
+    assert got == [("b", "x")]
     for p in wire.pending():
         await wire.rpc.handle(answer(p, "ok"))
     await asyncio.gather(a, b)

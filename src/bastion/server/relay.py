@@ -45,7 +45,8 @@ def asker(scope: Scope) -> AskClient | None:
 
 def relay(gateway: Gateway, scope: Scope, upstream: str, progress_token: Any) -> RelayHandler:
     """The message handler for one call of ``scope``'s caller to ``upstream``."""
-    return _OwnedRelay(scope.principal.id, _relay_to(gateway, scope, upstream, progress_token))
+    audience = scope.session.id if scope.session is not None else None
+    return _OwnedRelay(scope.principal.id, audience, _relay_to(gateway, scope, upstream, progress_token))
 
 
 def _relay_to(gw: Gateway, scope: Scope, upstream: str, progress_token: Any) -> RelayHandler:
@@ -89,12 +90,14 @@ def wants_log(floor: str | None, level: Any, era: Era) -> bool:
 
 class _OwnedRelay:
     """A call's message relay that says whose call it is: on a transport without per-request streams (stdio), the
-    upstream session may route an unattributed server request by it (``upstream.session.owner_of``)."""
+    upstream session routes an unattributed server request by its principal (``upstream.session.owner_of``) and
+    an unattributed log message by its client session (``audience_of``; None: a sessionless request, its own)."""
 
-    __slots__ = ("_relay", "owner")
+    __slots__ = ("_relay", "audience", "owner")
 
-    def __init__(self, owner: str, relay: RelayHandler):
+    def __init__(self, owner: str, audience: str | None, relay: RelayHandler):
         self.owner = owner
+        self.audience = audience
         self._relay = relay
 
     async def __call__(self, method: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -16,7 +16,10 @@ Routing of upstream-initiated messages:
 - ``notifications/progress`` goes to the request whose rewritten token it carries (on a request's own stream
   only), with the caller's token put back; other notifications go to the request whose stream carried them
   (``related``, Streamable HTTP) or, when no stream says so, to ``on_notification``. A log message on stdio,
-  which has no per-request stream, belongs to a call only when exactly one call is in flight;
+  which has no per-request stream, goes to the call in flight when there is one; with several it goes to each
+  of their callers once (``audience_of``: one client session), on its most recent call. A log message is the
+  upstream's, and any caller of it may receive one outside a call too (``server.log_relay``), so this shows
+  nobody more than that; a guess could hand the call that caused it nothing at all;
 - a server request (``sampling/createMessage``, ``elicitation/create``, ``roots/list``) goes to ``related``
   when the transport knows it; otherwise (stdio, GET streams) to the only in-flight request that accepts
   messages. With several, bastion cannot tell whose it is: when all were made by one principal it goes to the
@@ -86,6 +89,13 @@ def owner_of(handler: RelatedMessageHandler | None) -> str | None:
     """The principal a request's message handler relays to, when the handler says (``owner`` attribute)."""
     owner = getattr(handler, "owner", None)
     return owner if isinstance(owner, str) else None
+
+
+def audience_of(handler: RelatedMessageHandler | None) -> object:
+    """The client a request's message handler relays to (``audience`` attribute: its session); a handler that
+    does not say is its own audience."""
+    audience = getattr(handler, "audience", None)
+    return audience if isinstance(audience, str) else handler
 
 
 async def _ignore(method: str, params: Mapping[str, Any]) -> None:
@@ -318,18 +328,36 @@ class RpcSession:
                 ours.future.set_exception(UpstreamUnavailable(self.name, log_detail=f"server cancelled {rid}"))
             return
         if target is None and method == LOG_MESSAGE and answers:
-            # stdio has no per-request stream: a log message during a call belongs to that call when it is the
-            # only one; otherwise it is unrelated (``on_notification``), never guessed onto some caller. On the
-            # HTTP GET stream (``answers=False``) messages are unrelated by definition.
-            target = self._route()
+            # stdio has no per-request stream: a log message during calls goes to every caller in flight, once
+            # each, rather than to a guess that may miss the call that caused it. On the HTTP GET stream
+            # (``answers=False``) messages are unrelated by definition.
+            audiences = self._log_audiences()
+            if audiences:
+                for pending in audiences:
+                    await self._deliver(pending, method, params)
+                return
+        if target is not None:
+            await self._deliver(target, method, params)
+            return
         try:
-            if target is not None:
-                if target.on_message is not None:
-                    await target.on_message(method, params)
-            else:
-                await self.on_notification(method, params)
+            await self.on_notification(method, params)
         except Exception:
             log.exception("upstream.notification_handler_failed", upstream=self.name, method=method)
+
+    async def _deliver(self, target: Pending, method: str, params: dict[str, Any]) -> None:
+        if target.on_message is None:
+            return
+        try:
+            await target.on_message(method, params)
+        except Exception:
+            log.exception("upstream.notification_handler_failed", upstream=self.name, method=method)
+
+    def _log_audiences(self) -> list[Pending]:
+        """The in-flight calls an unattributed log message goes to: the most recent of each client's."""
+        latest: dict[object, Pending] = {}
+        for pending in self._candidates():  # insertion order is send order: later ones win
+            latest[audience_of(pending.on_message)] = pending
+        return list(latest.values())
 
     def _subscription(self, params: Mapping[str, Any]) -> Pending | None:
         """The ``subscriptions/listen`` request a stdio notification belongs to, by its subscription id."""
