@@ -69,6 +69,8 @@ class Sanitizer(StringSanitizer):
         # Fields beyond the ones handled here (annotations, icons, _meta, whatever a new revision adds) are walked
         # as text by default; credential keys are redacted by name in _meta.
         self._walker: Walker | None = None  # made on first use: most results need none
+        # Set by ``prescan_whole``: one prescan judged every string this walk hands to ``string()``.
+        self._whole = False
 
     def rest(self, source: Mapping[str, Any], out: dict[str, Any], handled: frozenset[str],
              where: str = "") -> dict[str, Any]:
@@ -85,9 +87,21 @@ class Sanitizer(StringSanitizer):
                 out[key] = new
         return out
 
+    def prescan_whole(self, result: Mapping[str, Any]) -> None:
+        """One prescan over every string of ``result`` (``StringSanitizer.prescan``), lasting the whole walk, when
+        it sees what the walk will scan: each string as it stands, which rules out a text block that may be JSON
+        (its strings are scanned parsed, with their escapes undone). A small clean result then costs one pass
+        per pattern set, not one per string and per tree."""
+        content = result.get("content")
+        if isinstance(content, list) and not all(_plain_text_block(block) for block in content):
+            return
+        self._whole = self.prescan(result) is not None
+
     def json_tree(self, value: Any) -> Any:
         """``json_value`` with one RE2 pass over all strings first, so a clean tree of many small strings does
         not pay two pattern-set scans per string. A match spanning two strings only costs the per-string path."""
+        if self._whole:
+            return self.json_value(value)
         self.prescan(value)
         try:
             return self.json_value(value)
@@ -239,10 +253,19 @@ class Sanitizer(StringSanitizer):
         return out
 
 
+def _plain_text_block(block: Any) -> bool:
+    """A text block whose text ``Sanitizer._text_block`` scans as it stands (not one that may be JSON)."""
+    if not isinstance(block, Mapping) or block.get("type") != "text":
+        return False
+    text = block.get("text")
+    return isinstance(text, str) and text.lstrip()[:1] not in ("{", "[")
+
+
 def sanitize_result(result: Mapping[str, Any], policy: EffectiveSanitizePolicy) -> tuple[dict[str, Any],
                                                                                           SanitizeReport]:
     """Sanitize one ``CallToolResult``. ``report.withheld`` is set when the result must not reach the client."""
     walker = Sanitizer(policy)
+    walker.prescan_whole(result)
     out = dict(result)
     has_sc = "structuredContent" in result
     original_sc = result.get("structuredContent")
