@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from bastion.errors import LimiterUnavailable
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.limiter import Acquired, CapCheck, EventHook, Limiter, Verdict
-from bastion.ratelimit.scripts import GCRA, LEASE_ACQUIRE, LEASE_RENEW, Script, ScriptClient
+from bastion.ratelimit.scripts import GCRA, LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RENEW, Script, ScriptClient
 
 log = structlog.get_logger("bastion.ratelimit")
 
@@ -83,16 +83,15 @@ def hash_tagged(prefix: str) -> str:
 class RedisLimiter(Limiter):
     """``client`` should be built with ``RateLimitConfig.redis_client_kwargs()`` (timeouts, one retry).
 
-    ``scripts`` runs the scripts (every decision, lease and renewal) when given: the lean client of
-    ``bastion.resp`` on the same server, which costs a fraction of redis-py's per call. ``client`` then only
-    releases leases.
+    ``scripts`` runs the scripts (every decision, and each lease's acquisition, renewal and release) when given:
+    the lean client of ``bastion.resp`` on the same server, which costs a fraction of redis-py's per call. All of
+    the limiter's traffic then goes through it, so one client's failure behaviour decides every call.
     """
 
     def __init__(self, client: Redis, *, key_prefix: str = "bastion:rl", failure_mode: FailureMode = "closed",
                  timeout_s: float = 0.05, lease_ttl_s: float = 30.0, on_event: EventHook | None = None,
                  scripts: ScriptClient | None = None) -> None:
         super().__init__(lease_ttl_s=lease_ttl_s, on_event=on_event)
-        self._client = client
         # redis-py's Redis satisfies ScriptClient at run time; its stubs type evalsha's result as sync-or-async.
         self._scripts: ScriptClient = scripts if scripts is not None else cast(ScriptClient, client)
         self._prefix = hash_tagged(key_prefix)
@@ -102,6 +101,7 @@ class RedisLimiter(Limiter):
         self._gcra = Script(GCRA)
         self._acquire_script = Script(LEASE_ACQUIRE)
         self._renew_script = Script(LEASE_RENEW)
+        self._release_script = Script(LEASE_RELEASE)
 
     @property
     def healthy(self) -> bool:
@@ -120,7 +120,7 @@ class RedisLimiter(Limiter):
 
     async def load_scripts(self) -> None:
         """Optional warm-up at startup; scripts are (re)loaded on demand anyway."""
-        for script in (self._gcra, self._acquire_script, self._renew_script):
+        for script in (self._gcra, self._acquire_script, self._renew_script, self._release_script):
             await self._guarded(lambda s=script: s.load(self._scripts))  # type: ignore[misc]
 
     async def _check(self, checks: Sequence[RateCheck]) -> Verdict:
@@ -156,15 +156,10 @@ class RedisLimiter(Limiter):
             await self._guarded(lambda: self._renew_script(self._scripts, keys, [lease_id, self._ttl_ms]))
 
     async def _release(self, caps: Sequence[CapCheck], lease_id: str) -> None:
-        async def zrem() -> None:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for cap in caps:
-                    pipe.zrem(self.cap_key(cap.key), lease_id)
-                await pipe.execute()
-
+        keys = [self.cap_key(c.key) for c in caps]
         # On failure the lease expires after lease_ttl, its heartbeat being gone.
         with contextlib.suppress(_Unreachable):
-            await self._guarded(zrem)
+            await self._guarded(lambda: self._release_script(self._scripts, keys, [lease_id]))
 
     @property
     def _ttl_ms(self) -> int:

@@ -44,3 +44,4 @@ class Script:
 GCRA = "gcra.lua"
 LEASE_ACQUIRE = "lease_acquire.lua"
 LEASE_RENEW = "lease_renew.lua"
+LEASE_RELEASE = "lease_release.lua"
