@@ -8,8 +8,6 @@ one thing it adds: many callers on one connection, each answered with its own re
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from collections.abc import AsyncIterator
 
 import pytest
@@ -19,7 +17,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bastion.redisconn import ClientOptions, RedisClients, open_lean
-from bastion.resp import ErrorReply, LeanRedis, LeanTarget, _Incomplete, encode_command, parse_reply
+from bastion.resp import (
+    ErrorReply,
+    Incomplete,
+    LeanRedis,
+    LeanTarget,
+    ProtocolViolation,
+    encode_command,
+    parse_reply,
+)
 from tests.support.net import free_port
 from tests.support.redis_server import RedisServer
 
@@ -78,14 +84,13 @@ def test_every_reply_type_parses_whole_and_is_incomplete_when_cut_anywhere(wire:
     assert parse_reply(wire) == (value, len(wire))
     assert parse_reply(b"junk" + wire + b"+next\r\n", 4) == (value, 4 + len(wire))
     for cut in range(len(wire)):
-        with pytest.raises(_Incomplete):
+        with pytest.raises(Incomplete):
             parse_reply(wire[:cut])
 
 
 @pytest.mark.parametrize("wire", [b"?what\r\n", b":12x\r\n", b"$3\r\nabcde\r\n", b"*1\r\n" * 40 + b":1\r\n"])
 def test_bytes_that_are_not_resp2_are_refused(wire: bytes) -> None:
-    from bastion.resp import _ProtocolViolation
-    with pytest.raises(_ProtocolViolation):
+    with pytest.raises(ProtocolViolation):
         parse_reply(wire)
 
 
@@ -149,15 +154,9 @@ async def test_a_caller_that_gives_up_leaves_its_reply_behind_not_to_the_next_ca
         private_redis: RedisServer, client: LeanRedis) -> None:
     await client.execute("SET", "a", "for-a")
     await client.execute("SET", "b", "for-b")
-    assert private_redis.proc is not None
-    pid = private_redis.proc.pid
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.2):
-                await client.execute("GET", "a")
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    with private_redis.frozen(), pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await client.execute("GET", "a")
     # Well within socket_timeout (5 s): the connection is kept, and the reply to "GET a" is read and dropped.
     assert await asyncio.wait_for(client.execute("GET", "b"), 10) == b"for-b"
 
@@ -189,15 +188,9 @@ async def test_a_silent_server_times_out_its_callers_and_the_next_call_gets_a_ne
     client = lean(private_redis.url, ClientOptions(socket_timeout_s=0.3, connect_timeout_s=0.3))
     try:
         first = await client.execute("CLIENT", "ID")
-        assert private_redis.proc is not None
-        pid = private_redis.proc.pid
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.5):
-                    await client.ping()
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        with private_redis.frozen(), pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await client.ping()
         second = await asyncio.wait_for(client.execute("CLIENT", "ID"), 10)
         assert second != first
     finally:
@@ -210,17 +203,12 @@ async def test_a_silent_server_fails_a_waiting_caller_once_socket_timeout_passed
     client = lean(private_redis.url, ClientOptions(socket_timeout_s=0.2, connect_timeout_s=0.2, retries=0))
     try:
         await client.ping()
-        assert private_redis.proc is not None
-        pid = private_redis.proc.pid
-        os.kill(pid, signal.SIGSTOP)
-        try:
+        with private_redis.frozen():
             waiting = asyncio.ensure_future(client.ping())
             await asyncio.sleep(0.3)
             late = asyncio.ensure_future(client.ping())
             with pytest.raises(RedisTimeoutError):
                 await asyncio.wait_for(waiting, 5)
-        finally:
-            os.kill(pid, signal.SIGCONT)
         # The late caller opened a new connection (the kernel completes the handshake for a stopped Redis) and is
         # answered on it once Redis runs again.
         assert await asyncio.wait_for(late, 5) == "PONG"

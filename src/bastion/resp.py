@@ -48,7 +48,7 @@ from redis.exceptions import AuthenticationError, DataError, NoScriptError, Read
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["LeanRedis", "LeanTarget", "encode_command", "parse_reply"]
+__all__ = ["ErrorReply", "Incomplete", "LeanRedis", "LeanTarget", "ProtocolViolation", "encode_command", "parse_reply"]
 
 _DEFAULT_PORT = 6379
 # Arrays nest this deep at most; Redis itself never sends deeper replies to the commands sent here.
@@ -56,11 +56,11 @@ _MAX_DEPTH = 32
 _CRLF = b"\r\n"
 
 
-class _Incomplete(Exception):
+class Incomplete(Exception):
     """The buffer ends inside a reply; more bytes are needed."""
 
 
-class _ProtocolViolation(Exception):
+class ProtocolViolation(Exception):
     """Bytes that are not RESP2."""
 
 
@@ -136,10 +136,10 @@ def encode_command(args: Sequence[str | bytes | int | float]) -> bytes:
 
 def parse_reply(buf: bytes | bytearray, pos: int = 0, depth: int = 0) -> tuple[Any, int]:
     """One reply from ``buf`` at ``pos``: the value and where the next reply starts. A top-level error is returned
-    as ``ErrorReply`` too; the caller decides what it means. Raises ``_Incomplete`` when ``buf`` ends first."""
+    as ``ErrorReply`` too; the caller decides what it means. Raises ``Incomplete`` when ``buf`` ends first."""
     end = buf.find(_CRLF, pos)
     if end < 0:
-        raise _Incomplete
+        raise Incomplete
     kind = buf[pos]
     line = bytes(buf[pos + 1:end])
     after = end + 2
@@ -152,16 +152,16 @@ def parse_reply(buf: bytes | bytearray, pos: int = 0, depth: int = 0) -> tuple[A
         if size < 0:
             return None, after
         if len(buf) < after + size + 2:
-            raise _Incomplete
+            raise Incomplete
         if buf[after + size:after + size + 2] != _CRLF:
-            raise _ProtocolViolation("bulk string not terminated by CRLF")
+            raise ProtocolViolation("bulk string not terminated by CRLF")
         return bytes(buf[after:after + size]), after + size + 2
     if kind == 0x2A:  # *
         count = _int(line)
         if count < 0:
             return None, after
         if depth >= _MAX_DEPTH:
-            raise _ProtocolViolation(f"arrays nested deeper than {_MAX_DEPTH}")
+            raise ProtocolViolation(f"arrays nested deeper than {_MAX_DEPTH}")
         items = []
         for _ in range(count):
             item, after = parse_reply(buf, after, depth + 1)
@@ -169,14 +169,14 @@ def parse_reply(buf: bytes | bytearray, pos: int = 0, depth: int = 0) -> tuple[A
         return items, after
     if kind == 0x2D:  # -
         return ErrorReply(line.decode("utf-8", "replace")), after
-    raise _ProtocolViolation(f"unknown reply type {bytes([kind])!r}")
+    raise ProtocolViolation(f"unknown reply type {bytes([kind])!r}")
 
 
 def _int(line: bytes) -> int:
     try:
         return int(line)
     except ValueError:
-        raise _ProtocolViolation(f"not an integer: {line[:32]!r}") from None
+        raise ProtocolViolation(f"not an integer: {line[:32]!r}") from None
 
 
 def error_for(message: str) -> RedisError:
@@ -222,7 +222,7 @@ class _Connection(asyncio.Protocol):
             while pos < len(buffer):
                 value, pos = parse_reply(buffer, pos)
                 if not waiting:
-                    raise _ProtocolViolation("a reply nobody asked for")
+                    raise ProtocolViolation("a reply nobody asked for")
                 future, _ = waiting.popleft()
                 if future.done():
                     continue  # the caller gave up; its reply still had to be read
@@ -230,9 +230,9 @@ class _Connection(asyncio.Protocol):
                     future.set_exception(error_for(value.message))
                 else:
                     future.set_result(value)
-        except _Incomplete:
+        except Incomplete:
             pass
-        except _ProtocolViolation as exc:
+        except ProtocolViolation as exc:
             self.fail(RedisConnectionError(f"Protocol error from {self._target.shown}: {exc}"))
             return
         if pos:

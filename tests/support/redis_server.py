@@ -6,9 +6,13 @@ Redis start a private one), so they pass the same on a machine with none.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.net import free_port, wait_for_port
@@ -36,6 +40,18 @@ class RedisServer:
         )
         wait_for_port(self.port)
         return self
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Redis stopped (SIGSTOP) inside the block: connections stay open and nothing is answered, as with a
+        server stuck on a slow disk or in a long command. It runs again however the block is left."""
+        assert self.proc is not None, "the server is not running"
+        pid = self.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     def kill(self) -> None:
         if self.proc is not None:
