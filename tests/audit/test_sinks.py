@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,7 +15,7 @@ import orjson
 import pytest
 import redis.asyncio
 
-from bastion.audit.sinks import AuditSinkError, FileSink, RedisStreamSink
+from bastion.audit.sinks import AuditSinkError, FileSink, RedisStreamSink, StdoutSink
 from tests.support.redis_server import RedisServer
 
 
@@ -178,3 +180,77 @@ async def test_redis_stream_sink_failure_is_mapped_and_heals(private_redis: Redi
         assert [json.loads(f[b"record"])["request_id"] for _, f in entries] == ["r3"]
     finally:
         await client.aclose()
+
+
+# -- stdout: a pipe whose reader stalls ---------------------------------------------------------------------------
+
+def _drain(fd: int, into: bytearray) -> threading.Thread:
+    def run() -> None:
+        while chunk := os.read(fd, 65536):
+            into.extend(chunk)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+async def test_stdout_sink_on_a_full_pipe_holds_back_only_its_writers() -> None:
+    r, w = os.pipe()
+    sink = StdoutSink(w)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    clock = asyncio.create_task(ticker())
+    # About 400 KB of records into a 64 KB pipe nobody reads yet: a blocking write would stop the event loop.
+    writes = [asyncio.create_task(sink.write({"request_id": i, "pad": "x" * 2000})) for i in range(200)]
+    await asyncio.sleep(0.3)
+    assert ticks >= 10  # the loop went on serving
+    assert sink.inline and not all(t.done() for t in writes)  # the pipe took what it could; the rest waits
+    got = bytearray()
+    reader = _drain(r, got)
+    async with asyncio.timeout(10):
+        await asyncio.gather(*writes)
+    await sink.close()
+    clock.cancel()
+    os.close(w)
+    reader.join(10)
+    os.close(r)
+    ids = [json.loads(line)["request_id"] for line in bytes(got).splitlines()]
+    assert ids == list(range(200))  # whole lines, in the order they were written
+
+
+async def test_stdout_sink_finishes_a_line_the_pipe_took_part_of_before_the_next() -> None:
+    r, w = os.pipe()
+    sink = StdoutSink(w)
+    big = {"request_id": "big", "pad": "y" * 200_000}  # longer than the pipe: written in part, then the rest
+    first = asyncio.create_task(sink.write(big))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(sink.write({"request_id": "after"}))
+    got = bytearray()
+    reader = _drain(r, got)
+    async with asyncio.timeout(10):
+        await asyncio.gather(first, second)
+    await sink.close()
+    os.close(w)
+    reader.join(10)
+    os.close(r)
+    assert [json.loads(line)["request_id"] for line in bytes(got).splitlines()] == ["big", "after"]
+
+
+async def test_stdout_sink_on_a_descriptor_that_cannot_skip_waiting_writes_every_record(tmp_path: Path) -> None:
+    # A regular file (bastion serve > audit.jsonl): most file systems refuse RWF_NOWAIT for buffered writes (ext4
+    # does), and the sink then writes everything from its thread.
+    path = tmp_path / "stdout.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        sink = StdoutSink(fd)
+        await asyncio.gather(*(sink.write(_rec(i)) for i in range(50)))
+        await sink.close()
+    finally:
+        os.close(fd)
+    assert [r["request_id"] for r in _lines(path)] == [f"r{i}" for i in range(50)]

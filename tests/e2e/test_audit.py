@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -157,3 +159,49 @@ def test_metrics_expose_the_expected_series(audited: GatewayProcess) -> None:
     assert {"allow", "deny"} <= decisions
     up = {s.labels["upstream"]: s.value for s in families["bastion_upstream_up"].samples}
     assert up.get("basic") == 1.0
+
+
+def test_a_stalled_stdout_reader_holds_back_what_is_audited_and_nothing_else(tmp_path: Path) -> None:
+    """The container default: audit records on stdout, a pipe to a log agent. When the agent stops reading, the
+    pipe fills; what waits for its record waits, and the gateway goes on answering everything else."""
+    gateway = GatewayProcess({"auth": "none", "upstreams": {"basic": stdio_upstream()}}, tmp_path)
+    r, w = os.pipe()
+    try:
+        gateway.start(stdout=w)
+    finally:
+        os.close(w)
+    calls = 160  # about 900 bytes of record each: well past the pipe's 64 KB
+    got = bytearray()
+    try:
+        def caller(n: int) -> int:
+            client = RpcClient(gateway.url)
+            try:
+                client.initialize()
+                return sum(1 for i in range(n) if client.call("basic__echo", {"message": f"m{i}"})["result"])
+            finally:
+                client.close()
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            done = [pool.submit(caller, calls // 8) for _ in range(8)]
+            time.sleep(3.0)
+            assert not all(f.done() for f in done)  # the pipe is full: audited calls wait for their records
+            # Everything MCP is audited (sessions and lists too) and waits likewise; what is not audited, the
+            # probes and the metrics an operator would look at now, is answered.
+            started = time.monotonic()
+            assert httpx.get(gateway.base + "/healthz", timeout=5).status_code == 200
+            assert "bastion_tool_calls_total" in httpx.get(gateway.base + "/metrics", timeout=5).text
+            assert time.monotonic() - started < 3.0
+            reader = threading.Thread(target=lambda: _drain_into(r, got), daemon=True)
+            reader.start()
+            assert sum(f.result(timeout=60) for f in done) == calls
+    finally:
+        gateway.stop()
+    reader.join(10)
+    os.close(r)
+    records = [json.loads(line) for line in bytes(got).splitlines()]
+    assert Counter(rec["event"] for rec in records)["tool.call"] == calls
+
+
+def _drain_into(fd: int, into: bytearray) -> None:
+    while chunk := os.read(fd, 65536):
+        into.extend(chunk)

@@ -53,11 +53,12 @@ class GatewayProcess:
     def url(self) -> str:
         return self.base + self.config.get("listen", {}).get("path", "/mcp")
 
-    def start(self, *, timeout: float = 60.0, expect_ready: bool = True) -> GatewayProcess:
+    def start(self, *, timeout: float = 60.0, expect_ready: bool = True, stdout: int | None = None) -> GatewayProcess:
+        """``stdout``: a descriptor for the gateway's stdout (the audit records) instead of ``stdout_path``."""
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bastion", "serve", "--config", str(self.config_path)],
-            cwd=REPO, env=self.env, stdout=self.stdout_path.open("wb"), stderr=self.stderr_path.open("wb"),
-            preexec_fn=_die_with_parent)
+            cwd=REPO, env=self.env, stdout=self.stdout_path.open("wb") if stdout is None else stdout,
+            stderr=self.stderr_path.open("wb"), preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

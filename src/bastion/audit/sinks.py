@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
+import select
 import sys
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -48,31 +50,76 @@ def encode_record(record: dict[str, Any]) -> bytes:
     return orjson.dumps(record, default=repr, option=orjson.OPT_APPEND_NEWLINE)
 
 
+# What ``pwritev2`` answers for a descriptor that cannot write without waiting (a regular file on most file
+# systems, a terminal, a kernel before 5.x for pipes): the sink then writes from its thread only.
+_NOWAIT_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ESPIPE, errno.ENOSYS})
+_RWF_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
+
+
 class StdoutSink:
     """JSON lines on standard output, the container default (the runtime ships stdout to the log pipeline).
 
-    One ``write`` call per record on the binary stream, then a flush, so records from concurrent calls never
-    interleave inside a line. The write is synchronous: a stdout pipe drained by a container runtime takes a
-    few microseconds, and a thread hop would cost more than it saves. Logs go to stderr, so nothing else shares
-    this stream.
+    Standard output is a pipe there, and a pipe whose reader stalls (a log agent that fell behind or died) fills
+    up; a plain ``write`` then blocks, and on the event loop it would stop the whole gateway, health probes
+    included. So each record is written without waiting (``pwritev2`` with ``RWF_NOWAIT``: the pipe takes the
+    whole line, or nothing, or part of a long one). What the pipe cannot take now goes to a worker thread
+    (``BatchWriter``) that waits for room, and every record after it follows it there until the thread has
+    caught up, so lines keep their order and never interleave. A full pipe then holds back only the audited calls
+    waiting for their records (at most 4096 queued, then backpressure, as the file sink), never anything else.
+
+    Where standard output cannot be written without waiting (a regular file, a terminal), every record goes
+    through the thread. Either way ``write`` returns once the record reached the OS. Logs go to stderr, so
+    nothing else shares this stream.
     """
 
     name = "stdout"
 
-    def __init__(self, stream: IO[bytes] | None = None) -> None:
-        self._stream = stream if stream is not None else sys.stdout.buffer
+    def __init__(self, fd: int | None = None, *, max_queued: int = 4096, max_batch: int = 1024) -> None:
+        if fd is None:
+            sys.stdout.flush()  # whatever Python buffered goes first; records bypass its buffer from here on
+            fd = sys.stdout.fileno()
+        self._fd = fd
+        self._nowait = _RWF_NOWAIT
+        self.inline = 0  # records written without the thread (for tests and benchmarks)
+        self.writer = BatchWriter(self._write_batch_sync, thread_name="bastion-audit-stdout",
+                                  max_queued=max_queued, max_batch=max_batch)
 
     async def write(self, record: dict[str, Any]) -> None:
         line = encode_record(record)
+        if self._nowait is not None and not self.writer.queued:
+            try:
+                written = os.pwritev(self._fd, [line], -1, self._nowait)
+            except BlockingIOError:
+                written = 0
+            except OSError as exc:
+                if exc.errno not in _NOWAIT_UNSUPPORTED:
+                    raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc.strerror or exc}") from None
+                self._nowait = None
+                written = 0
+            if written == len(line):
+                self.inline += 1
+                return
+            line = line[written:]
         try:
-            self._stream.write(line)
-            self._stream.flush()
-        except (OSError, ValueError) as exc:  # ValueError: the stream was closed
-            raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc}") from None
+            await self.writer.submit(line)
+        except OSError as exc:
+            raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc.strerror or exc}") from None
+        except WriterClosed as exc:
+            raise AuditSinkError(self.name, str(exc)) from None
 
     async def close(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self._stream.flush()
+        """Write every record already queued; standard output itself stays open."""
+        with contextlib.suppress(OSError):
+            await self.writer.close()
+
+    def _write_batch_sync(self, lines: list[bytes]) -> None:
+        data = memoryview(b"".join(lines))
+        while data:
+            try:
+                data = data[os.write(self._fd, data):]
+            except BlockingIOError:
+                # Someone made the descriptor non-blocking: wait for room here, on the worker, all the same.
+                select.select([], [self._fd], [], 1.0)
 
 
 class FileSink:
