@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +89,44 @@ def test_level_filters_both_structlog_and_stdlib() -> None:
 def test_bad_level_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         configure_logging("json", "verbose")
+
+
+STALLED = textwrap.dedent("""
+    import sys, time
+    import structlog
+    from bastion.logs import configure_logging
+
+    configure_logging("json", "info")
+    log = structlog.get_logger("bastion.test")
+    started = time.monotonic()
+    for i in range(int(sys.argv[1])):
+        log.info("line", i=i, pad="x" * 1000)
+    print(f"took {time.monotonic() - started:.3f}", flush=True)
+""")
+
+
+def test_a_stalled_stderr_reader_never_blocks_the_logging_thread(tmp_path: Path) -> None:
+    """stderr is a pipe nobody reads while 3,000 lines (3 MB) are logged: every log call returns at once, the
+    lines the pipe and the backlog held arrive whole and in order, and the rest are counted, not lost silently."""
+    n = 3000
+    out = tmp_path / "stdout.txt"
+    with out.open("wb") as stdout:
+        proc = subprocess.Popen([sys.executable, "-c", STALLED, str(n)], stdout=stdout, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while "took" not in out.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.05)
+        # With a blocking handler the logging thread stops at the 64 KB the pipe holds and never gets here.
+        assert "took" in out.read_text()
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.wait(30)
+    finally:
+        proc.kill()
+    entries = [json.loads(line) for line in err.splitlines()]
+    lines = [e["i"] for e in entries if e["event"] == "line"]
+    assert lines == list(range(len(lines)))  # a prefix, whole and in order
+    assert len(lines) >= 900  # about 1.1 KB each: the pipe's 64 KB and the 1 MiB backlog
+    (notice,) = [e for e in entries if e["event"] == "logs.dropped"]
+    assert notice["count"] == n - len(lines) and notice["level"] == "warning"

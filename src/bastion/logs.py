@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+from collections import deque
 from typing import Any, Literal, TextIO
 
 import structlog
 from structlog.typing import Processor
 
 from bastion.errors import ConfigError
+from bastion.pipes import NoWait, write_all
 
-__all__ = ["LogFormat", "configure_logging"]
+__all__ = ["LogFormat", "PipeHandler", "configure_logging"]
 
 LogFormat = Literal["console", "json"]
 _LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -57,7 +60,7 @@ def configure_logging(format: LogFormat, level: str = "info", *, stream: TextIO 
         foreign_pre_chain=[structlog.stdlib.ExtraAdder(), _drop_color_message, *shared],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler = _handler(stream)
     handler.setFormatter(formatter)
     # Fields of a stdlib record that neither renderer prints (the formatter renders the event dict, and its format
     # string is "%(message)s"): finding the caller's source line walks the stack, and each of the others is a
@@ -78,6 +81,118 @@ def configure_logging(format: LogFormat, level: str = "info", *, stream: TextIO 
         lg.propagate = True
     # httpx logs every request at INFO; that is a debug concern for a gateway forwarding thousands of them.
     logging.getLogger("httpx").setLevel(max(numeric, logging.WARNING))
+
+
+def _handler(stream: TextIO | None) -> logging.Handler:
+    """stderr's descriptor, written without ever waiting (``PipeHandler``); a stream a caller passes (or a stderr
+    without a descriptor, as under a test runner's capture) through logging's own handler."""
+    if stream is None:
+        try:
+            sys.stderr.flush()
+            return PipeHandler(sys.stderr.fileno())
+        except (OSError, ValueError):  # io.UnsupportedOperation is both
+            pass
+    return logging.StreamHandler(stream if stream is not None else sys.stderr)
+
+
+class PipeHandler(logging.Handler):
+    """Log lines to a descriptor another process drains (stderr), never waiting in the thread that logs.
+
+    In a container stderr is a pipe to the log agent, and a plain handler's ``write`` blocks when the agent stalls
+    and the pipe fills: on the event loop, that stops the gateway (``bastion.pipes``). Here a line is written at
+    once when the pipe has room; otherwise it joins a backlog that a thread writes as room appears, and every line
+    after it follows (order kept, lines whole). Logs are best effort: past ``max_backlog`` bytes, whole lines are
+    dropped and counted, and once the pipe drains a ``logs.dropped`` line says how many. Where the descriptor
+    cannot be written without waiting (a regular file, a terminal) each line is written as ``StreamHandler``
+    would.
+    """
+
+    def __init__(self, fd: int, *, max_backlog: int = 1 << 20) -> None:
+        super().__init__()
+        self._fd = fd
+        self._nowait = NoWait(fd)
+        self._max_backlog = max_backlog
+        self._backlog: deque[bytes] = deque()
+        self._backlog_bytes = 0
+        self._busy = False  # the writer thread holds lines taken from the backlog
+        self._dropped = 0
+        self._closed = False
+        self._wake = threading.Condition(threading.Lock())
+        self._writer: threading.Thread | None = None
+
+    @property
+    def dropped(self) -> int:
+        """Lines dropped and not yet reported."""
+        return self._dropped
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            data = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+            self._put(data)
+        except Exception:
+            self.handleError(record)
+
+    def _put(self, data: bytes) -> None:
+        with self._wake:
+            if not self._backlog and not self._busy:
+                written = self._nowait.write(data)
+                if written is None:
+                    write_all(self._fd, data)
+                    return
+                if written == len(data) or self._closed:  # closed: no writer left to finish a line
+                    return
+                data = data[written:]  # the rest of a line the pipe took part of: never dropped
+            elif self._closed or self._backlog_bytes + len(data) > self._max_backlog:
+                self._dropped += 1
+                return
+            self._backlog.append(data)
+            self._backlog_bytes += len(data)
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._drain, name="bastion-log-writer", daemon=True)
+                self._writer.start()
+            self._wake.notify()
+
+    def _drain(self) -> None:
+        while True:
+            with self._wake:
+                while not self._backlog and not self._closed:
+                    self._wake.wait()
+                if not self._backlog:
+                    return
+                chunk = b"".join(self._backlog)
+                self._backlog.clear()
+                self._backlog_bytes = 0
+                self._busy = True
+            try:
+                write_all(self._fd, chunk)
+                dropped = 0
+                with self._wake:
+                    if not self._backlog:  # caught up: say what was lost meanwhile
+                        dropped, self._dropped = self._dropped, 0
+                if dropped:
+                    write_all(self._fd, self._dropped_line(dropped))
+            except OSError:
+                return  # the reader is gone for good (EPIPE): nothing more can be written
+            finally:
+                with self._wake:
+                    self._busy = False
+
+    def _dropped_line(self, count: int) -> bytes:
+        record = logging.LogRecord("bastion.logs", logging.WARNING, __file__, 0, "logs.dropped", None, None)
+        record.count = count
+        record.reason = "the log reader fell behind; lines past the backlog were dropped"
+        return (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+
+    def close(self) -> None:
+        """Let the writer finish the backlog for up to two seconds (a reader that never comes back does not
+        hold the process), then close."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+            writer = self._writer
+        if writer is not None:
+            writer.join(2.0)
+        super().close()
 
 
 def _drop_color_message(_: Any, __: str, event_dict: structlog.typing.EventDict) -> structlog.typing.EventDict:

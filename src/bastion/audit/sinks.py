@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
-import select
 import sys
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -22,6 +20,7 @@ import redis.exceptions
 
 from bastion.audit.batch import BatchWriter, WriterClosed
 from bastion.errors import BastionError
+from bastion.pipes import NoWait, write_all
 
 __all__ = ["AuditSink", "AuditSinkError", "FileSink", "RedisStreamSink", "StdoutSink", "encode_record"]
 
@@ -50,22 +49,15 @@ def encode_record(record: dict[str, Any]) -> bytes:
     return orjson.dumps(record, default=repr, option=orjson.OPT_APPEND_NEWLINE)
 
 
-# What ``pwritev2`` answers for a descriptor that cannot write without waiting (a regular file on most file
-# systems, a terminal, a kernel before 5.x for pipes): the sink then writes from its thread only.
-_NOWAIT_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ESPIPE, errno.ENOSYS})
-_RWF_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
-
-
 class StdoutSink:
     """JSON lines on standard output, the container default (the runtime ships stdout to the log pipeline).
 
-    Standard output is a pipe there, and a pipe whose reader stalls (a log agent that fell behind or died) fills
-    up; a plain ``write`` then blocks, and on the event loop it would stop the whole gateway, health probes
-    included. So each record is written without waiting (``pwritev2`` with ``RWF_NOWAIT``: the pipe takes the
-    whole line, or nothing, or part of a long one). What the pipe cannot take now goes to a worker thread
-    (``BatchWriter``) that waits for room, and every record after it follows it there until the thread has
-    caught up, so lines keep their order and never interleave. A full pipe then holds back only the audited calls
-    waiting for their records (at most 4096 queued, then backpressure, as the file sink), never anything else.
+    Standard output is a pipe there, and a pipe whose reader stalls fills up (``bastion.pipes``). So each record
+    is written without waiting (the pipe takes the whole line, or nothing, or part of a long one). What the pipe
+    cannot take now goes to a worker thread (``BatchWriter``) that waits for room, and every record after it
+    follows it there until the thread has caught up, so lines keep their order and never interleave. A full pipe
+    then holds back only what waits for a record (at most 4096 queued, then backpressure, as the file sink),
+    never anything else.
 
     Where standard output cannot be written without waiting (a regular file, a terminal), every record goes
     through the thread. Either way ``write`` returns once the record reached the OS. Logs go to stderr, so
@@ -79,23 +71,18 @@ class StdoutSink:
             sys.stdout.flush()  # whatever Python buffered goes first; records bypass its buffer from here on
             fd = sys.stdout.fileno()
         self._fd = fd
-        self._nowait = _RWF_NOWAIT
+        self._nowait = NoWait(fd)
         self.inline = 0  # records written without the thread (for tests and benchmarks)
         self.writer = BatchWriter(self._write_batch_sync, thread_name="bastion-audit-stdout",
                                   max_queued=max_queued, max_batch=max_batch)
 
     async def write(self, record: dict[str, Any]) -> None:
         line = encode_record(record)
-        if self._nowait is not None and not self.writer.queued:
+        if self._nowait.supported and not self.writer.queued:
             try:
-                written = os.pwritev(self._fd, [line], -1, self._nowait)
-            except BlockingIOError:
-                written = 0
+                written = self._nowait.write(line) or 0
             except OSError as exc:
-                if exc.errno not in _NOWAIT_UNSUPPORTED:
-                    raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc.strerror or exc}") from None
-                self._nowait = None
-                written = 0
+                raise AuditSinkError(self.name, f"{type(exc).__name__}: {exc.strerror or exc}") from None
             if written == len(line):
                 self.inline += 1
                 return
@@ -113,13 +100,7 @@ class StdoutSink:
             await self.writer.close()
 
     def _write_batch_sync(self, lines: list[bytes]) -> None:
-        data = memoryview(b"".join(lines))
-        while data:
-            try:
-                data = data[os.write(self._fd, data):]
-            except BlockingIOError:
-                # Someone made the descriptor non-blocking: wait for room here, on the worker, all the same.
-                select.select([], [self._fd], [], 1.0)
+        write_all(self._fd, b"".join(lines))
 
 
 class FileSink:
