@@ -17,6 +17,7 @@ from bastion.pinning import PinRecheck
 from bastion.refresh_gate import RefreshGate, RefreshRequests
 from bastion.upstream.stdio import StdioUpstream
 from bastion.upstream_pool import Member, UpstreamPool
+from tests.support.loop import ticking
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,20 +232,12 @@ async def test_a_budget_counts_pages() -> None:
 
 
 async def test_a_huge_page_leaves_the_loop_free_in_between() -> None:
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    budget = ListBudget("up", "tools", CatalogueLimits(max_tools=200_000, max_list_bytes=1 << 30))
-    await budget.add_page([tool(f"t{i}", description="d" * 200) for i in range(100_000)])
-    task.cancel()
+    async with ticking() as ticks:
+        budget = ListBudget("up", "tools", CatalogueLimits(max_tools=200_000, max_list_bytes=1 << 30))
+        await budget.add_page([tool(f"t{i}", description="d" * 200) for i in range(100_000)])
+        seen = ticks.count
     assert len(budget.items) == 100_000
-    assert ticks > 1  # the walk handed the loop back between slices, not only at the end
+    assert seen > 1  # the walk handed the loop back between slices, not only at the end
 
 
 def test_limits_config_reads_sizes_and_refuses_unknown_keys() -> None:

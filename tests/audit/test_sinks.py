@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio
 
 from bastion.audit.sinks import AuditSinkError, FileSink, RedisStreamSink, StdoutSink
+from tests.support.loop import ticking
 from tests.support.redis_server import RedisServer
 
 
@@ -197,26 +198,17 @@ def _drain(fd: int, into: bytearray) -> threading.Thread:
 async def test_stdout_sink_on_a_full_pipe_holds_back_only_its_writers() -> None:
     r, w = os.pipe()
     sink = StdoutSink(w)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0.01)
-
-    clock = asyncio.create_task(ticker())
-    # About 400 KB of records into a 64 KB pipe nobody reads yet: a blocking write would stop the event loop.
-    writes = [asyncio.create_task(sink.write({"request_id": i, "pad": "x" * 2000})) for i in range(200)]
-    await asyncio.sleep(0.3)
-    assert ticks >= 10  # the loop went on serving
+    async with ticking(0.01) as ticks:
+        # About 400 KB of records into a 64 KB pipe nobody reads yet: a blocking write would stop the event loop.
+        writes = [asyncio.create_task(sink.write({"request_id": i, "pad": "x" * 2000})) for i in range(200)]
+        await asyncio.sleep(0.3)
+        assert ticks.count >= 10  # the loop went on serving
     assert sink.inline and not all(t.done() for t in writes)  # the pipe took what it could; the rest waits
     got = bytearray()
     reader = _drain(r, got)
     async with asyncio.timeout(10):
         await asyncio.gather(*writes)
     await sink.close()
-    clock.cancel()
     os.close(w)
     reader.join(10)
     os.close(r)
