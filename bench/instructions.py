@@ -3,6 +3,7 @@
     python bench/instructions.py --scenario off --scenario full --baseline 057fd84
     python bench/instructions.py --scenario defaults --calls 300 --concurrency 32
     python bench/instructions.py --scenario floor --scenario off     # the stack's floor beside bastion
+    python bench/instructions.py --scenario nginx --scenario floor   # nginx (one process) beside that floor
 
 CPU seconds per call (``loadgen.py``, ``sidebyside.py``) are the figure to compare with other proxies, but on a
 shared 2-core machine they move by ±15% between two runs of the same code, which hides a change worth 5%. This
@@ -57,6 +58,7 @@ from loadgen import (
     wait_port,
     wait_ready,
 )
+from peers import nginx_command, nginx_config
 
 ARGUMENTS = {"text": "hello"}
 # The sum of the part's cost lines; its "summary:" line can be lower after a zeroing (the frames on the stack).
@@ -67,6 +69,10 @@ PART = re.compile(rb"^part:\s+(\d+)", re.MULTILINE)
 SLOW_LIMITS: dict[str, Any] = {"rate_limits": {"timeout": "30s"}}
 # Not a bastion configuration: uvicorn and bastion's upstream pool forwarding bytes (floor_asgi.py), the stack's floor.
 FLOOR = "floor"
+# Not Python at all: nginx proxying to the same upstream (peers.nginx_config, one process), the floor of any proxy.
+NGINX = "nginx"
+REFERENCES = {FLOOR: "floor: uvicorn and the upstream pool forwarding bytes",
+              NGINX: "nginx reverse proxy, keep-alive upstream (one process)"}
 
 
 def slow(doc: dict[str, Any]) -> dict[str, Any]:
@@ -112,21 +118,24 @@ def count(name: str, doc: dict[str, Any], headers: dict[str, str], work: Path, a
     config.write_text(yaml.safe_dump(doc, sort_keys=False))
     out = work / f"{name}.callgrind"
     served = [sys.executable, "-m", "bastion", "serve", "--config", str(config), "--grace", "5"]
+    upstream_url = next(iter(doc["upstreams"].values()))["url"]
     if name == FLOOR:
-        served = [sys.executable, str(BENCH / "floor_asgi.py"), "--port", str(port), "--upstream",
-                  next(iter(doc["upstreams"].values()))["url"]]
+        served = [sys.executable, str(BENCH / "floor_asgi.py"), "--port", str(port), "--upstream", upstream_url]
+    elif name == NGINX:
+        upstream_port = int(upstream_url.rsplit(":", 1)[1].split("/", 1)[0])
+        served = nginx_command(nginx_config(work, port=port, upstream_port=upstream_port))
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
                "--collect-jumps=no", *served]
     log = work / f"{name}.err"
     with (work / f"{name}.audit").open("wb") as audit, log.open("wb") as err:
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=audit, stderr=err)
         try:
-            if name == FLOOR:
+            if name in REFERENCES:
                 wait_port(port, proc, timeout=600)
             else:
                 wait_ready(f"http://127.0.0.1:{port}/readyz", proc, log, timeout=600)
             url = f"http://127.0.0.1:{port}/mcp"
-            tool = "echo" if name == FLOOR else "fast__echo"
+            tool = "echo" if name in REFERENCES else "fast__echo"
             asyncio.run(load(url, headers, args.concurrency, args.warmup, tool))
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
             started = time.monotonic()
@@ -173,17 +182,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.enter_context(running([sys.executable, str(BENCH / "upstream_fast.py"), "--port", str(up_port),
                                      "--structured"], port=up_port))
         redis_url = None
-        if any(s != FLOOR and scenarios[s].needs_redis for s in args.scenario):
+        if any(s not in REFERENCES and scenarios[s].needs_redis for s in args.scenario):
             redis_port = free_port()
             exe = shutil.which("redis-server") or "redis-server"
             stack.enter_context(running([exe, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                          "--appendonly", "no", "--dir", str(work)], port=redis_port))
             redis_url = f"redis://127.0.0.1:{redis_port}/0"
         for name in args.scenario:
-            scenario = scenarios[name] if name != FLOOR else Scenario(FLOOR, "floor: uvicorn and the upstream pool "
-                                                                             "forwarding bytes", None)
+            scenario = scenarios[name] if name not in REFERENCES else Scenario(name, REFERENCES[name], None)
             upstream_url = f"http://127.0.0.1:{up_port}/mcp"
-            if name == FLOOR:
+            if name in REFERENCES:
                 doc: dict[str, Any] = {"upstreams": {"fast": {"url": upstream_url}}}
             else:
                 doc = place_audit_files(gateway_config(scenario, port=0, upstream_url=upstream_url,
@@ -192,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: {now[0] / 1e6:.3f} M instructions per call, idle {now[1] / 1e6:.3f}", file=sys.stderr,
                   flush=True)
             old = None
-            if baseline is not None and name != FLOOR:
+            if baseline is not None and name not in REFERENCES:
                 old = count(f"{name}@{baseline.short}", doc, dict(scenario.headers), work, args, baseline)
                 print(f"{name}@{baseline.short}: {old[0] / 1e6:.3f} M instructions per call, idle "
                       f"{old[1] / 1e6:.3f}", file=sys.stderr, flush=True)

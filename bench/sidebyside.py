@@ -9,6 +9,8 @@ a burst of load elsewhere on the machine spreads over all targets instead of lan
 
     direct            the upstream alone
     nginx             nginx as a reverse proxy with keep-alive upstream connections: the floor of any HTTP proxy
+    floor             uvicorn and bastion's upstream pool forwarding bytes (``floor_asgi.py``): the floor of a
+                      Python proxy on bastion's stack, before it checks, parses or records anything
     bastion-off       bastion with no auth, policy, limits, output validation, sanitizing, pinning or audit
     bastion-defaults  bastion as shipped: output validation, sanitizing, pinning, audit (to a file)
     bastion-full      API key, policy, rate limit and sessions in Redis, input+output validation, sanitizing,
@@ -63,10 +65,11 @@ from loadgen import (
     run_load,
 )
 
-TARGETS = ("direct", "nginx", "bastion-off", "bastion-defaults", "bastion-full", "fastmcp")
+TARGETS = ("direct", "nginx", "floor", "bastion-off", "bastion-defaults", "bastion-full", "fastmcp")
 LABELS = {
     "direct": "direct (the upstream alone)",
     "nginx": "nginx reverse proxy, keep-alive upstream",
+    "floor": "floor: uvicorn and bastion's upstream pool forwarding bytes",
     "bastion-off": "bastion, everything off",
     "bastion-defaults": "bastion defaults",
     "bastion-full": "bastion full",
@@ -196,6 +199,11 @@ def start_all(stack: ExitStack, names: Sequence[str], *, upstream: str, cpus: Cp
             command = peers.nginx_command(peers.nginx_config(work, port=port, upstream_port=up_port))
             versions["nginx"] = _version([command[0], "-v"]).removeprefix("nginx version: ")
             proc = stack.enter_context(started(command, cpus=cpus, port=port, log=work / "nginx.err"))
+            out.append(Running(name, url, "echo", {"proxy": proc.pid, **base}))
+            continue
+        if name == "floor":
+            command = [sys.executable, str(BENCH / "floor_asgi.py"), "--port", str(port), "--upstream", upstream_url]
+            proc = stack.enter_context(started(command, cpus=cpus, port=port, log=work / "floor.err"))
             out.append(Running(name, url, "echo", {"proxy": proc.pid, **base}))
             continue
         if name == "fastmcp":
