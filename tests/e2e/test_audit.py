@@ -172,36 +172,44 @@ def test_a_stalled_stdout_reader_holds_back_what_is_audited_and_nothing_else(tmp
         os.close(w)
     calls = 160  # about 900 bytes of record each: well past the pipe's 64 KB
     got = bytearray()
-    try:
-        def caller(n: int) -> int:
-            client = RpcClient(gateway.url)
-            try:
-                client.initialize()
-                return sum(1 for i in range(n) if client.call("basic__echo", {"message": f"m{i}"})["result"])
-            finally:
-                client.close()
+    # The log agent: stalled until told to read, and told so however the test ends (else nothing could finish).
+    reading = threading.Event()
+    agent = threading.Thread(target=_drain_into, args=(r, got, reading), daemon=True)
+    agent.start()
 
+    def caller(n: int) -> int:
+        client = RpcClient(gateway.url)
+        try:
+            client.initialize()
+            return sum(1 for i in range(n) if client.call("basic__echo", {"message": f"m{i}"})["result"])
+        finally:
+            client.close()
+
+    try:
         with ThreadPoolExecutor(max_workers=8) as pool:
-            done = [pool.submit(caller, calls // 8) for _ in range(8)]
-            time.sleep(3.0)
-            assert not all(f.done() for f in done)  # the pipe is full: audited calls wait for their records
-            # Everything MCP is audited (sessions and lists too) and waits likewise; what is not audited, the
-            # probes and the metrics an operator would look at now, is answered.
-            started = time.monotonic()
-            assert httpx.get(gateway.base + "/healthz", timeout=5).status_code == 200
-            assert "bastion_tool_calls_total" in httpx.get(gateway.base + "/metrics", timeout=5).text
-            assert time.monotonic() - started < 3.0
-            reader = threading.Thread(target=lambda: _drain_into(r, got), daemon=True)
-            reader.start()
+            try:
+                done = [pool.submit(caller, calls // 8) for _ in range(8)]
+                time.sleep(3.0)
+                assert not all(f.done() for f in done)  # the pipe is full: audited calls wait for their records
+                # Everything MCP is audited (sessions and lists too) and waits likewise; what is not audited, the
+                # probes and the metrics an operator would look at now, is answered.
+                started = time.monotonic()
+                assert httpx.get(gateway.base + "/healthz", timeout=5).status_code == 200
+                assert "bastion_tool_calls_total" in httpx.get(gateway.base + "/metrics", timeout=5).text
+                assert time.monotonic() - started < 3.0
+            finally:
+                reading.set()
             assert sum(f.result(timeout=60) for f in done) == calls
     finally:
+        reading.set()
         gateway.stop()
-    reader.join(10)
-    os.close(r)
+        agent.join(10)
+        os.close(r)
     records = [json.loads(line) for line in bytes(got).splitlines()]
     assert Counter(rec["event"] for rec in records)["tool.call"] == calls
 
 
-def _drain_into(fd: int, into: bytearray) -> None:
+def _drain_into(fd: int, into: bytearray, go: threading.Event) -> None:
+    go.wait()
     while chunk := os.read(fd, 65536):
         into.extend(chunk)
