@@ -210,12 +210,16 @@ async def test_a_log_message_in_a_call_reaches_its_caller_whoever_else_is_callin
 
         async with connect(gw, keys[who], logging_callback=on_log) as client:
             result = await client.call_tool(f"{upstream}__log_in_call",
-                                            {"text": f"from {who}'s call", "delay": 0.5, "after": 0.8})
+                                            {"text": f"from {who}'s call, key {LEAKY}", "delay": 0.5, "after": 0.8})
             assert text(result) == "logged"
 
     async with anyio.create_task_group() as tg:
         for who in got:
             tg.start_soon(call, who)
+    for who in got:
+        # Sanitized like every other notification (on stdio once per message, whoever receives it).
+        assert all(LEAKY not in text and text.endswith(", key [REDACTED:aws-access-key]") for text in got[who])
+        got[who] = [text.removesuffix(", key [REDACTED:aws-access-key]") for text in got[who]]
     for who, heard in got.items():
         assert f"from {who}'s call" in heard, got
         if upstream == "xh":

@@ -11,17 +11,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from bastion.sanitize.config import SanitizeConfig
+from bastion.sanitize.config import EffectiveSanitizePolicy, SanitizeConfig
 from bastion.sanitize.result import sanitize_error, sanitize_notification, sanitize_reply
 
 
 class UpstreamTextCleaner:
     def __init__(self, config: SanitizeConfig) -> None:
         self._config = config
+        # The last notification cleaned and what it became. A stdio upstream's log message that several calls
+        # receive (``upstream.session``'s fan-out) reaches each of their relays as the same object: it is
+        # cleaned once, not once per receiving call, so an upstream that floods log messages cannot multiply
+        # the sanitizer's work by the calls in flight.
+        self._last: tuple[dict[str, Any], str, EffectiveSanitizePolicy, dict[str, Any]] | None = None
 
     def clean_notification(self, upstream: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
         policy = self._config.for_upstream(upstream)
-        return sanitize_notification(method, params, policy)[0] if policy.enabled else params
+        if not policy.enabled:
+            return params
+        last = self._last
+        if last is not None and last[0] is params and last[1] == method and last[2] is policy:
+            return dict(last[3])
+        cleaned = sanitize_notification(method, params, policy)[0]
+        self._last = (params, method, policy, cleaned)
+        return dict(cleaned)
 
     def clean_error(self, upstream: str, error: dict[str, Any]) -> dict[str, Any]:
         policy = self._config.for_upstream(upstream)

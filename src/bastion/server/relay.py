@@ -57,7 +57,9 @@ def _relay_to(gw: Gateway, scope: Scope, upstream: str, progress_token: Any) -> 
             return None
         if method == LOG_MESSAGE:
             if wants_log(scope.log_level, params.get("level"), scope.era):
-                await scope.emitter.notify(method, gw.clean_notification(upstream, method, dict(params)))
+                # The message object as received: several calls' relays may get the same one, cleaned once.
+                message = params if isinstance(params, dict) else dict(params)
+                await scope.emitter.notify(method, gw.clean_notification(upstream, method, message))
             return None
         capability = INPUT_CAPABILITY.get(method)
         if method == ROOTS_LIST and (scope.era != "legacy" or capability not in scope.client_capabilities
