@@ -109,7 +109,6 @@ class PipeHandler(logging.Handler):
 
     def __init__(self, fd: int, *, max_backlog: int = 1 << 20) -> None:
         super().__init__()
-        self._fd = fd
         self._nowait = NoWait(fd)
         self._max_backlog = max_backlog
         self._backlog: deque[bytes] = deque()
@@ -119,11 +118,6 @@ class PipeHandler(logging.Handler):
         self._closed = False
         self._wake = threading.Condition(threading.Lock())
         self._writer: threading.Thread | None = None
-
-    @property
-    def dropped(self) -> int:
-        """Lines dropped and not yet reported."""
-        return self._dropped
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -137,7 +131,7 @@ class PipeHandler(logging.Handler):
             if not self._backlog and not self._busy:
                 written = self._nowait.write(data)
                 if written is None:
-                    write_all(self._fd, data)
+                    write_all(self._nowait.fd, data)
                     return
                 if written == len(data) or self._closed:  # closed: no writer left to finish a line
                     return
@@ -164,13 +158,13 @@ class PipeHandler(logging.Handler):
                 self._backlog_bytes = 0
                 self._busy = True
             try:
-                write_all(self._fd, chunk)
+                write_all(self._nowait.fd, chunk)
                 dropped = 0
                 with self._wake:
                     if not self._backlog:  # caught up: say what was lost meanwhile
                         dropped, self._dropped = self._dropped, 0
                 if dropped:
-                    write_all(self._fd, self._dropped_line(dropped))
+                    write_all(self._nowait.fd, self._dropped_line(dropped))
             except OSError:
                 return  # the reader is gone for good (EPIPE): nothing more can be written
             finally:

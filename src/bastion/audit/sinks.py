@@ -70,7 +70,6 @@ class StdoutSink:
         if fd is None:
             sys.stdout.flush()  # whatever Python buffered goes first; records bypass its buffer from here on
             fd = sys.stdout.fileno()
-        self._fd = fd
         self._nowait = NoWait(fd)
         self.inline = 0  # records written without the thread (for tests and benchmarks)
         self.writer = BatchWriter(self._write_batch_sync, thread_name="bastion-audit-stdout",
@@ -100,7 +99,7 @@ class StdoutSink:
             await self.writer.close()
 
     def _write_batch_sync(self, lines: list[bytes]) -> None:
-        write_all(self._fd, b"".join(lines))
+        write_all(self._nowait.fd, b"".join(lines))
 
 
 class FileSink:
