@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
+from bastion.audit.batch import BatchWriter, WriterClosed
 from bastion.audit.log import AuditLog
 from bastion.audit.sinks import AuditSinkError, FileSink
 from bastion.errors import AuditUnavailable
@@ -82,6 +84,40 @@ async def test_close_writes_everything_already_queued(tmp_path: Path) -> None:
     with pytest.raises(AuditSinkError):
         await sink.write(_rec(0, 500))
     await sink.close()  # twice is harmless
+
+
+async def test_the_worker_thread_starts_with_the_first_record_and_stops_at_close(tmp_path: Path) -> None:
+    def writers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "bastion-audit-file"]
+
+    before = len(writers())
+    sink = FileSink(tmp_path / "audit.jsonl")
+    assert len(writers()) == before  # a sink that never writes costs no thread
+    await sink.write(_rec(0, 0))
+    assert len(writers()) == before + 1
+    await sink.close()
+    for thread in writers()[before:]:
+        thread.join(timeout=10)
+    assert len(writers()) == before
+
+
+async def test_close_reports_a_failing_finish_and_still_stops_the_thread() -> None:
+    lines: list[bytes] = []
+
+    def finish() -> None:
+        raise OSError(5, "Input/output error")
+
+    writer = BatchWriter(lines.extend, thread_name="bastion-test-finish")
+    await writer.submit(b"one\n")
+    with pytest.raises(OSError, match="Input/output"):
+        await writer.close(finish)
+    assert lines == [b"one\n"]
+    for thread in threading.enumerate():
+        if thread.name == "bastion-test-finish":
+            thread.join(timeout=10)
+            assert not thread.is_alive()
+    with pytest.raises(WriterClosed):
+        await writer.submit(b"two\n")
 
 
 async def test_a_cancelled_caller_still_gets_its_record(tmp_path: Path) -> None:

@@ -4,7 +4,13 @@ Handing every record to a thread on its own (one ``ThreadPoolExecutor.submit``, 
 record) cost about a third of the event loop's busy time under load. ``BatchWriter`` keeps the single worker
 thread (a slow disk still never blocks the loop) but hands it everything queued since the previous batch started,
 with one hand-off and one wake-up per batch. At one call at a time every batch holds one record, as before; under
-load the batches grow by themselves while the worker is busy, which is when it pays.
+load the batches grow by themselves while the worker is busy, which is when it pays. The worker is a thread of
+its own fed through a C queue, not a ``ThreadPoolExecutor``: the executor's Python futures, work items and
+condition variables cost about 50,000 instructions per hand-off, a quarter of what a record cost at one call at a
+time (``python bench/bench_audit.py``; docs/performance.md).
+
+The thread is a daemon, so a process that exits without closing its sinks does not hang on it; whatever was
+queued then belonged to calls not yet answered, and ``close`` (which every shutdown path runs) writes it all.
 
 The contract for the caller does not change: ``submit`` returns once the batch holding its line was written (so a
 call is still answered only after its record reached the OS, or the disk in ``fsync`` mode), and raises the
@@ -18,9 +24,11 @@ batch completes: backpressure on the calls, never a dropped record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["BatchWriter", "WriterClosed"]
 
@@ -40,14 +48,17 @@ class BatchWriter:
         self._write_batch = write_batch
         self.max_queued = max_queued
         self.max_batch = max_batch
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._thread_name = thread_name
+        # The worker's inbox: a batch to write, ``finish`` at close, or ``None`` to stop.
+        self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._lines: list[bytes] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._queued = 0  # admitted and not yet written: the queue plus the batch on the worker
         self._room: deque[asyncio.Future[None]] = deque()  # submitters waiting for the queue to have room
         self._busy = False  # a batch is on the worker, or its hand-off is scheduled
         self._closed = False
-        self._executor_stopped = False
+        self._stopped = False
         self._drained: asyncio.Future[None] | None = None
         self.batches = 0  # batches handed to the worker since start (for tests and benchmarks)
 
@@ -85,18 +96,22 @@ class BatchWriter:
     async def close(self, finish: Callable[[], None] | None = None) -> None:
         """Refuse new lines, wait until every admitted (or waiting) line is written, then run ``finish`` on the
         worker (closing the file) and stop the thread."""
-        if self._closed and self._executor_stopped:
+        if self._closed and self._stopped:
             return  # closed twice (shutdown paths may overlap): nothing left to write or close
         self._closed = True
+        loop = asyncio.get_running_loop()
         if self._queued or self._room:
-            self._drained = asyncio.get_running_loop().create_future()
+            self._drained = loop.create_future()
             await self._drained
         try:
             if finish is not None:
-                await asyncio.get_running_loop().run_in_executor(self._executor, finish)
+                finished: asyncio.Future[None] = loop.create_future()
+                self._send(_Job(finish, loop, lambda exc: _settle(finished, exc)))
+                await finished
         finally:
-            self._executor.shutdown(wait=False)
-            self._executor_stopped = True
+            if self._thread is not None:
+                self._inbox.put(None)
+            self._stopped = True
 
     async def _wait_for_room(self, loop: asyncio.AbstractEventLoop) -> None:
         ticket = loop.create_future()
@@ -123,15 +138,24 @@ class BatchWriter:
 
     def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
         n = self.max_batch
-        lines, self._lines = self._lines[:n], self._lines[n:]
-        waiters, self._waiters = self._waiters[:n], self._waiters[n:]
+        if len(self._lines) <= n:
+            lines, self._lines, waiters, self._waiters = self._lines, [], self._waiters, []
+        else:
+            lines, self._lines = self._lines[:n], self._lines[n:]
+            waiters, self._waiters = self._waiters[:n], self._waiters[n:]
         self.batches += 1
-        work = self._executor.submit(self._write_batch, lines)
-        work.add_done_callback(lambda f: loop.call_soon_threadsafe(self._written, f, waiters, loop))
+        write = self._write_batch
+        self._send(_Job(lambda: write(lines), loop, lambda exc: self._written(exc, waiters, loop)))
 
-    def _written(self, work: Future[None], waiters: list[asyncio.Future[None]],
+    def _send(self, job: _Job) -> None:
+        if self._thread is None:
+            # Started on first use, so a sink that never writes has no thread.
+            self._thread = threading.Thread(target=_work, args=(self._inbox,), name=self._thread_name, daemon=True)
+            self._thread.start()
+        self._inbox.put(job)
+
+    def _written(self, exc: BaseException | None, waiters: list[asyncio.Future[None]],
                  loop: asyncio.AbstractEventLoop) -> None:
-        exc = work.exception()
         for done in waiters:
             if done.done():  # its caller was cancelled; the line was written (or failed) all the same
                 continue
@@ -150,3 +174,39 @@ class BatchWriter:
     def _maybe_drained(self) -> None:
         if self._drained is not None and not self._drained.done() and not self._queued and not self._room:
             self._drained.set_result(None)
+
+
+class _Job:
+    """One piece of work for the worker thread, and what to run on ``loop`` with its exception when done."""
+
+    __slots__ = ("done", "loop", "run")
+
+    def __init__(self, run: Callable[[], None], loop: asyncio.AbstractEventLoop,
+                 done: Callable[[BaseException | None], None]) -> None:
+        self.run = run
+        self.loop = loop
+        self.done = done
+
+
+def _work(inbox: queue.SimpleQueue[_Job | None]) -> None:
+    """The worker thread: one job at a time, in order, until ``None``."""
+    while (job := inbox.get()) is not None:
+        exc: BaseException | None = None
+        try:
+            job.run()
+        except BaseException as caught:  # handed to the loop: the batch's callers get it as theirs
+            exc = caught
+        # RuntimeError: the loop closed while this job ran (a process shutting down without closing its
+        # sinks); nobody is left to tell.
+        with contextlib.suppress(RuntimeError):
+            job.loop.call_soon_threadsafe(job.done, exc)
+        del job, exc
+
+
+def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is None:
+        future.set_result(None)
+    else:
+        future.set_exception(exc)
