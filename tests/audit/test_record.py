@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bastion.audit.record import (
     SCHEMA_VERSION,
@@ -12,6 +15,7 @@ from bastion.audit.record import (
     as_outcome,
     auth_failure_record,
     call_record,
+    canonical_json,
     classify_outcome,
     pin_approve_record,
     pin_drift_record,
@@ -262,6 +266,31 @@ def test_schema_rejects_unknown_fields_and_wrong_events() -> None:
 def test_rfc3339_is_utc_with_milliseconds() -> None:
     assert rfc3339(0) == "1970-01-01T00:00:00.000Z"
     assert rfc3339(T0) == "2026-01-01T00:00:00.123Z"
+    # Rounded to the microsecond first, as datetime does: 0.9999996 s is the next second.
+    assert rfc3339(1767225599.9999996) == "2026-01-01T00:00:00.000Z"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(st.floats(min_value=-1e9, max_value=4e9, allow_nan=False),
+                 st.builds(lambda s, us: s + us / 1e6, st.integers(0, 4_000_000_000), st.integers(0, 999_999)),
+                 st.builds(lambda s, half: s + (half + 0.5) / 1e6, st.integers(0, 4_000_000_000),
+                           st.integers(0, 999_999))))
+def test_rfc3339_says_what_datetime_says(epoch: float) -> None:
+    # The per-second memo must not change a single character against the plain datetime formatting.
+    expected = datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert rfc3339(epoch) == expected
+
+
+def test_result_bytes_are_the_canonical_encodings_length_whatever_the_key_order() -> None:
+    result = {"structuredContent": {"z": 1, "a": [True, None, 1.5]}, "content": [{"type": "text", "text": "é"}],
+              "isError": False}
+    doc = call_record(context(), CallRecord(stage="complete"), started_at=T0, total_ms=1, result=result)
+    assert doc["result"]["bytes"] == len(canonical_json(result))
+    # What orjson refuses still gets a size: the canonical fallback's (here an integer past 64 bits).
+    huge = {"content": [], "structuredContent": {"n": 2**80}}
+    doc = call_record(context(), CallRecord(stage="complete"), started_at=T0, total_ms=1, result=huge)
+    assert doc["result"]["bytes"] == len(canonical_json(huge)) == len(b'{"content":[],"structuredContent":{"n":'
+                                                                    + str(2**80).encode() + b"}}")
 
 
 def test_definition_finding_and_catalogue_drop_records_validate() -> None:

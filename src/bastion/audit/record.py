@@ -15,6 +15,7 @@ to it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import math
@@ -111,8 +112,26 @@ _DEEPER = "[nested too deeply to log]"
 
 
 def rfc3339(epoch_s: float) -> str:
-    """``2026-03-01T12:00:00.123Z``: UTC, millisecond precision, sortable as text."""
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """``2026-03-01T12:00:00.123Z``: UTC, millisecond precision, sortable as text.
+
+    The same text as ``datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")`` with ``Z``
+    (microseconds rounded half to even, then cut to milliseconds, as ``datetime`` does), with the date and time
+    of day formatted once per second: every audited call stamps a record, most of them within the same second.
+    """
+    frac, whole = math.modf(epoch_s)
+    micros = round(frac * 1e6)
+    second = int(whole)
+    if micros >= 1_000_000:
+        second, micros = second + 1, micros - 1_000_000
+    elif micros < 0:
+        second, micros = second - 1, micros + 1_000_000
+    return f"{_second_text(second)}.{micros // 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _second_text(second: int) -> str:
+    """``2026-03-01T12:00:00`` for an epoch second (a pure memo: the last few seconds stamped)."""
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def arguments_digest(arguments: Any) -> str:
@@ -519,7 +538,7 @@ def _envelope(event: str, at: float, *, request_id: str | int | None, session: s
         "era": era,
         "principal": None if principal is None else {
             "id": _short(principal.id),
-            "groups": sorted(_short(g) for g in principal.groups),
+            "groups": sorted(_short(g) for g in principal.groups) if principal.groups else [],
             "auth_method": principal.auth_method,
         },
         # name and version only: clientInfo may carry free text (description, icons, URLs) the audit needs not.
@@ -562,9 +581,18 @@ def _result_summary(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "is_error": result.get("isError") is True,
         "content_types": types,
         "content_items": len(items),
-        "bytes": len(canonical_json(result)),
+        "bytes": _encoded_size(result),
         "structured": result.get("structuredContent") is not None,
     }
+
+
+def _encoded_size(result: Mapping[str, Any]) -> int:
+    """The length of ``canonical_json(result)``: sorting keys moves bytes but never adds any, so orjson's plain
+    encoding (no sort) has the same length when it can encode the result at all."""
+    try:
+        return len(orjson.dumps(result))
+    except (TypeError, ValueError):
+        return len(canonical_json(result))
 
 
 def _latency(total_ms: float, upstream_ms: float | None) -> dict[str, float | None]:

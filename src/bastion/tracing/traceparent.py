@@ -8,7 +8,7 @@ a call, and the spec asks receivers to restart the trace when the header is inva
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["TraceContext", "parse_traceparent"]
 
@@ -17,8 +17,10 @@ _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-
 _MAX_LEN = 512
 
 
-@dataclass(frozen=True, slots=True)
-class TraceContext:
+class TraceContext(NamedTuple):
+    """A tuple rather than a frozen dataclass: built for every audited call, and a frozen dataclass's
+    ``__init__`` (an ``object.__setattr__`` per field) cost as much as parsing the header."""
+
     trace_id: str
     span_id: str
     sampled: bool
@@ -36,4 +38,4 @@ def parse_traceparent(header: str | None) -> TraceContext | None:
         return None
     if trace_id == "0" * 32 or span_id == "0" * 16:
         return None
-    return TraceContext(trace_id=trace_id, span_id=span_id, sampled=bool(int(flags, 16) & 0x01))
+    return TraceContext(trace_id, span_id, bool(int(flags, 16) & 0x01))
