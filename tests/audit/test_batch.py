@@ -87,18 +87,17 @@ async def test_close_writes_everything_already_queued(tmp_path: Path) -> None:
 
 
 async def test_the_worker_thread_starts_with_the_first_record_and_stops_at_close(tmp_path: Path) -> None:
-    def writers() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name == "bastion-audit-file"]
+    def writers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "bastion-audit-file"}
 
-    before = len(writers())
+    before = writers()  # other tests' sinks that were never closed may still have theirs
     sink = FileSink(tmp_path / "audit.jsonl")
-    assert len(writers()) == before  # a sink that never writes costs no thread
+    assert writers() == before  # a sink that never writes costs no thread
     await sink.write(_rec(0, 0))
-    assert len(writers()) == before + 1
+    (mine,) = writers() - before
     await sink.close()
-    for thread in writers()[before:]:
-        thread.join(timeout=10)
-    assert len(writers()) == before
+    mine.join(timeout=10)
+    assert not mine.is_alive()
 
 
 async def test_close_reports_a_failing_finish_and_still_stops_the_thread() -> None:
