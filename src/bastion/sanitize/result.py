@@ -107,6 +107,7 @@ class Sanitizer(StringSanitizer):
             return self.json_value(value)
         finally:
             self._patterns = True
+            self._plain = False
 
     def json_value(self, value: Any, depth: int = 0) -> Any:
         """Every string leaf and key of a JSON value; the same object back when nothing changed."""

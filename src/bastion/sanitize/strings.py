@@ -45,6 +45,9 @@ class StringSanitizer:
         self.report = report if report is not None else SanitizeReport()
         # Cleared by prescan() when no secret rule or injection pattern can match anywhere in a JSON value.
         self._patterns = True
+        # Set by prescan() when, besides, no string of the value has anything to clean: a string it saw then
+        # comes out of ``string`` as it went in, but for truncation.
+        self._plain = False
 
     def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False,
                key: str | None = None) -> str:
@@ -54,6 +57,15 @@ class StringSanitizer:
         passes run whatever the prescan found. ``key``: the object key ``value`` sits under, which the secret
         rules see before it (``Redactor.redact``); the key itself is not rewritten here.
         """
+        if self._plain and not unseen:
+            # The prescan saw this string: clean_text would return it unchanged and no pattern can match.
+            if limit is None:
+                return value
+            text, omitted = truncate_utf8(value, limit)
+            if omitted:
+                self.report.bump("truncated", where)
+                text += truncation_marker(omitted)
+            return text
         cleaned = clean_text(value)
         text = cleaned.text
         if cleaned.counts:
@@ -92,18 +104,21 @@ class StringSanitizer:
         members: list[str] = []
         if not _collect(value, loose, members, 0):
             self._patterns = True  # not every string was seen: scan each one as it is walked
+            self._plain = False
             return None
         # Order does not matter to a prescan, only that each string stands between separators.
         joined = PRESCAN_SEPARATOR.join(loose + members)
         # Cleaning is per string (its CR and joiner rules look at neighbours), so a tree with anything to clean
         # is joined again from its cleaned strings; one C-speed search says whether any string has (the rare case).
         count = len(loose) + len(members)
-        if count and needs_cleaning(joined, count - 1):
+        unclean = bool(count) and needs_cleaning(joined, count - 1)
+        if unclean:
             loose = [clean_text(s).text for s in loose]
             members = [clean_text(s).text for s in members]
             joined = PRESCAN_SEPARATOR.join(loose + members)
         self._patterns = (self._secrets_may_match(loose, members, joined)
                           or self.policy.detector.may_match(joined))
+        self._plain = not unclean and not self._patterns
         return joined
 
     def _secrets_may_match(self, loose: list[str], members: list[str], joined: str) -> bool:
