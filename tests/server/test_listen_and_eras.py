@@ -57,6 +57,9 @@ def test_legacy_clients_never_see_modern_only_fields() -> None:
     assert for_handshake_era(modern) == {"tools": []}
     kept = for_handshake_era({"content": [], "_meta": {"io.modelcontextprotocol/serverInfo": {}, "x.y/z": 1}})
     assert kept == {"content": [], "_meta": {"x.y/z": 1}}
+    plain = {"content": [{"type": "text", "text": "hi"}], "isError": False}
+    assert for_handshake_era(plain) is plain  # nothing to drop: no copy
+    assert for_handshake_era({"content": [], "ttlMs": 0}) == {"content": []}
 
 
 def test_modern_clients_get_a_result_type_and_bastions_identity() -> None:

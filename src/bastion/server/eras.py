@@ -26,7 +26,10 @@ def is_input_required(result: Mapping[str, Any]) -> bool:
 
 
 def for_handshake_era(result: dict[str, Any]) -> dict[str, Any]:
-    """Drop the modern-only fields; an empty ``_meta`` left behind goes too."""
+    """Drop the modern-only fields; an empty ``_meta`` left behind goes too. A result with neither (nearly every
+    tool result) is returned as it is: nothing downstream changes it, it is only encoded."""
+    if "_meta" not in result and not any(k in result for k in MODERN_ONLY_FIELDS):
+        return result
     out = {k: v for k, v in result.items() if k not in MODERN_ONLY_FIELDS}
     meta = out.get("_meta")
     if isinstance(meta, Mapping):
