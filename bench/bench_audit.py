@@ -2,6 +2,7 @@
 
     python bench/bench_audit.py                         # c=1 and c=32, 20000 records each, fsync off and on
     python bench/bench_audit.py --n 50000 --concurrency 32 --no-fsync
+    python bench/bench_audit.py --loop uvloop --no-fsync   # on the event loop the gateway runs
 
 Each of ``--concurrency`` tasks emits records back to back (each waits for its own record, as a call does).
 Prints, per record: CPU of the whole process (event loop and writer thread), CPU of the event loop's thread
@@ -16,6 +17,8 @@ import asyncio
 import tempfile
 import time
 from pathlib import Path
+
+import uvloop
 
 from bastion.audit.log import AuditLog
 from bastion.audit.sinks import FileSink
@@ -63,6 +66,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, action="append", help="repeatable (default: 1 and 32)")
     parser.add_argument("--no-fsync", action="store_true", help="only fsync: false")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
+                        help="event loop (the gateway runs uvloop; default: asyncio)")
     args = parser.parse_args()
     levels = args.concurrency or [1, 32]
     modes = [False] if args.no_fsync else [False, True]
@@ -71,7 +76,7 @@ def main() -> None:
         for fsync in modes:
             for c in levels:
                 n = args.n if not fsync else max(c * 50, args.n // 10)
-                r = asyncio.run(run(n, c, fsync, Path(tmp)))
+                r = (uvloop.run if args.loop == "uvloop" else asyncio.run)(run(n, c, fsync, Path(tmp)))
                 print(f"{fsync!s:>5} {c:>4} {r['cpu_us']:>10.1f} {r['loop_us']:>11.1f} {r['rate']:>9.0f} "
                       f"{r['per_batch']:>12.1f}")
 
