@@ -9,10 +9,12 @@ and the catalogue, and ``LabelCap`` still folds anything past ``max_label_values
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
+
+from bastion.call_metrics import CallSeries, CounterSeries, HistogramSeries
 
 __all__ = ["OVERHEAD_BUCKETS", "TOOL_HISTOGRAM_TOOLS", "UPSTREAM_BUCKETS", "LabelCap", "Metrics"]
 
@@ -60,23 +62,16 @@ class Metrics:
         self._cap = LabelCap(max_label_values)
         self._histogram_cap = LabelCap(histogram_tools)
         r = self.registry
-        self.tool_calls = Counter("bastion_tool_calls", "tools/call requests by outcome.",
-                                  ["tool", "upstream", "decision", "stage"], registry=r)
-        self.call_overhead = Histogram("bastion_call_overhead_seconds",
-                                       "Time a tools/call spent in bastion itself (total minus upstream).",
-                                       buckets=OVERHEAD_BUCKETS, registry=r)
-        self.tool_duration = Histogram("bastion_tool_call_duration_seconds",
-                                       "Time a tools/call took end to end (gateway and upstream), by tool. The "
-                                       f"first {histogram_tools} tools seen get their own series, later ones "
-                                       "tool=\"other\".", ["tool", "upstream"], buckets=UPSTREAM_BUCKETS,
-                                       registry=r)
+        # The four series every call updates (bastion_tool_calls, bastion_call_overhead_seconds,
+        # bastion_tool_call_duration_seconds, bastion_upstream_latency_seconds): plain numbers, see call_metrics.
+        self.calls = CallSeries(histogram_tools=histogram_tools, overhead_buckets=OVERHEAD_BUCKETS,
+                                upstream_buckets=UPSTREAM_BUCKETS)
+        r.register(self.calls)
+        self._overhead = self.calls.call_overhead.child(())
         self.catalogue_refreshes = Counter("bastion_catalogue_refreshes",
                                            "Fetches of an upstream's lists (outcome: ok|error|failed).",
                                            ["upstream", "outcome"], registry=r)
         self.sessions_started = Counter("bastion_sessions_started", "Client sessions opened.", registry=r)
-        self.upstream_latency = Histogram("bastion_upstream_latency_seconds",
-                                          "Time the upstream took to answer a tools/call.", ["upstream"],
-                                          buckets=UPSTREAM_BUCKETS, registry=r)
         self.ratelimit_rejections = Counter("bastion_ratelimit_rejections", "Calls refused by a rate limit.",
                                             ["limit"], registry=r)
         self.validation_actions = Counter("bastion_validation_actions",
@@ -130,8 +125,8 @@ class Metrics:
         # labels (caps, then prometheus' validation and lookup under a lock) cost more than the updates. Exact:
         # a cap maps a value the same way for good once it has seen it (its sets only grow), and children are
         # never removed.
-        self._call_series: dict[tuple[str, str | None, str, str], tuple[Any, Any]] = {}
-        self._latency_series: dict[str, Any] = {}
+        self._call_series: dict[tuple[str, str | None, str, str], tuple[CounterSeries, HistogramSeries]] = {}
+        self._latency_series: dict[str, HistogramSeries] = {}
 
     def observe_call(self, *, tool: str, upstream: str | None, decision: str, stage: str,
                      total_s: float, upstream_s: float | None) -> None:
@@ -142,24 +137,24 @@ class Metrics:
             series = self._resolve_call_series(key)
         calls, duration = series
         calls.inc()
-        self.call_overhead.observe(max(0.0, total_s - (upstream_s or 0.0)))
+        self._overhead.observe(max(0.0, total_s - (upstream_s or 0.0)))
         duration.observe(max(0.0, total_s))
         if upstream_s is not None and upstream is not None:
             # Resolved only once a call reached the upstream: until then the series does not exist.
             latency = self._latency_series.get(upstream)
             if latency is None:
-                latency = self.upstream_latency.labels(upstream=self._cap("upstream", upstream))
+                latency = self.calls.upstream_latency.child((self._cap("upstream", upstream),))
                 if len(self._latency_series) < _CALL_SERIES_CACHE:
                     self._latency_series[upstream] = latency
             latency.observe(max(0.0, upstream_s))
 
-    def _resolve_call_series(self, key: tuple[str, str | None, str, str]) -> tuple[Any, Any]:
+    def _resolve_call_series(self, key: tuple[str, str | None, str, str]) -> tuple[CounterSeries, HistogramSeries]:
         tool, upstream, decision, stage = key
         # The caps are consulted in the order the labels were always resolved, so they fill up as before.
-        calls = self.tool_calls.labels(tool=self._cap("tool", tool), upstream=self._cap("upstream", upstream),
-                                       decision=self._cap("decision", decision), stage=self._cap("stage", stage))
-        duration = self.tool_duration.labels(tool=self._histogram_cap("tool", tool),
-                                             upstream=self._cap("upstream", upstream))
+        calls = self.calls.tool_calls.child((self._cap("tool", tool), self._cap("upstream", upstream),
+                                             self._cap("decision", decision), self._cap("stage", stage)))
+        duration = self.calls.tool_duration.child((self._histogram_cap("tool", tool),
+                                                   self._cap("upstream", upstream)))
         if len(self._call_series) < _CALL_SERIES_CACHE:
             self._call_series[key] = (calls, duration)
         return calls, duration
