@@ -8,8 +8,9 @@ whole cost with every guard off. Here each series is a list of bucket counts and
 and ``_created`` series prometheus_client gives them.
 
 No lock: every update runs on the event loop's thread (the pipeline's audit hook), and so does a scrape (the
-``/metrics`` endpoint); under the GIL a scrape from another thread could at worst see a count a call ahead of its
-sum, never a torn number.
+``/metrics`` endpoint). A scrape from another thread would still be safe: it walks a copy of each family's
+children (``list`` of a dict's items runs without releasing the GIL), and could at worst see a count a call ahead
+of its sum, as prometheus_client's separately locked values can.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class CounterFamily:
 
     def metric(self, created: bool) -> Metric:
         family = Metric(self.name, self.documentation, "counter")
-        for values, series in self.children.items():
+        for values, series in list(self.children.items()):
             labels = dict(zip(self.labelnames, values, strict=True))
             family.add_sample(self.name + "_total", labels, series.value)
             if created:
@@ -109,7 +110,7 @@ class HistogramFamily:
 
     def metric(self, created: bool) -> Metric:
         family = Metric(self.name, self.documentation, "histogram")
-        for values, series in self.children.items():
+        for values, series in list(self.children.items()):
             labels = dict(zip(self.labelnames, values, strict=True))
             cumulated = 0.0
             for le, count in zip(self._le, series.counts, strict=True):
