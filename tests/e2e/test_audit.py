@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import struct
+import termios
 import threading
 import time
 from collections import Counter
@@ -189,7 +192,7 @@ def test_a_stalled_stdout_reader_holds_back_what_is_audited_and_nothing_else(tmp
         with ThreadPoolExecutor(max_workers=8) as pool:
             try:
                 done = [pool.submit(caller, calls // 8) for _ in range(8)]
-                time.sleep(3.0)
+                _wait_until_full(r)
                 assert not all(f.done() for f in done)  # the pipe is full: audited calls wait for their records
                 # Everything MCP is audited (sessions and lists too) and waits likewise; what is not audited, the
                 # probes and the metrics an operator would look at now, is answered.
@@ -207,6 +210,19 @@ def test_a_stalled_stdout_reader_holds_back_what_is_audited_and_nothing_else(tmp
         os.close(r)
     records = [json.loads(line) for line in bytes(got).splitlines()]
     assert Counter(rec["event"] for rec in records)["tool.call"] == calls
+
+
+def _wait_until_full(fd: int, timeout: float = 60.0) -> None:
+    """Until the pipe whose read end is ``fd`` has no room for another record (a record is under 4 KB, and a write
+    that small never lands in part), however long the callers take to fill it on this machine."""
+    size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    deadline = time.monotonic() + timeout
+    while True:
+        held = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        if held > size - 4096:
+            return
+        assert time.monotonic() < deadline, f"the pipe holds {held} of {size} bytes after {timeout:g} s"
+        time.sleep(0.05)
 
 
 def _drain_into(fd: int, into: bytearray, go: threading.Event) -> None:
