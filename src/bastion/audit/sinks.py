@@ -7,7 +7,6 @@ call) is ``AuditLog``'s job, not the sink's.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -19,6 +18,7 @@ import redis.asyncio
 import redis.exceptions
 
 from bastion.audit.batch import BatchWriter, WriterClosed
+from bastion.deadlines import Deadlines
 from bastion.errors import BastionError
 from bastion.pipes import NoWait, write_all
 
@@ -216,11 +216,12 @@ class RedisStreamSink:
         self.maxlen = maxlen
         self.timeout_s = timeout_s
         self._client = client
+        self._deadlines = Deadlines()
 
     async def write(self, record: dict[str, Any]) -> None:
         payload = orjson.dumps(record, default=repr)
         try:
-            async with asyncio.timeout(self.timeout_s):
+            with self._deadlines.after(self.timeout_s):
                 await self._client.xadd(self.key, {"record": payload}, maxlen=self.maxlen, approximate=True)
         except TimeoutError:
             raise AuditSinkError(self.name, f"XADD timed out after {self.timeout_s:g}s") from None

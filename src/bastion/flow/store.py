@@ -7,7 +7,6 @@ that; session ids are never reused). The in-memory store also bounds how many co
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
@@ -15,6 +14,7 @@ from typing import Protocol
 import orjson
 import redis.asyncio as aioredis
 
+from bastion.deadlines import Deadlines
 from bastion.policy.flow import Touch
 
 __all__ = ["FlowStore", "MemoryFlowStore", "RedisFlowStore"]
@@ -64,12 +64,13 @@ class RedisFlowStore:
         self._redis = client
         self._prefix = prefix
         self._timeout_s = timeout_s
+        self._deadlines = Deadlines()
 
     def key(self, context: str) -> str:
         return f"{self._prefix}{{{context}}}"
 
     async def history(self, context: str, since: float) -> tuple[Touch, ...]:
-        async with asyncio.timeout(self._timeout_s):
+        with self._deadlines.after(self._timeout_s):
             raw = await self._redis.zrangebyscore(self.key(context), since, "+inf")
         return tuple(Touch.from_json(orjson.loads(item)) for item in raw if isinstance(item, bytes | str))
 
@@ -78,7 +79,7 @@ class RedisFlowStore:
             return
         key = self.key(context)
         newest = max(t.at for t in touches)
-        async with asyncio.timeout(self._timeout_s):
+        with self._deadlines.after(self._timeout_s):
             # One MULTI on one key: the append, both bounds and the expiry land together.
             pipe = self._redis.pipeline(transaction=True)
             pipe.zadd(key, {orjson.dumps(t.as_json()): t.at for t in touches})

@@ -7,7 +7,6 @@ through uncounted. Each call tries Redis again, so service resumes on its own wh
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,6 +16,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from bastion.deadlines import Deadlines
 from bastion.errors import LimiterUnavailable
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.limiter import Acquired, CapCheck, EventHook, Limiter, Verdict
@@ -97,6 +97,7 @@ class RedisLimiter(Limiter):
         self._prefix = hash_tagged(key_prefix)
         self._failure_mode = failure_mode
         self._timeout_s = timeout_s
+        self._deadlines = Deadlines()  # one timer for every script's deadline (bastion.deadlines)
         self._health = _Health(failure_mode, self._emit)
         self._gcra = Script(GCRA)
         self._acquire_script = Script(LEASE_ACQUIRE)
@@ -167,7 +168,7 @@ class RedisLimiter(Limiter):
 
     async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
-            async with asyncio.timeout(self._timeout_s):
+            with self._deadlines.after(self._timeout_s):
                 result = await call()
         except _UNREACHABLE as exc:
             if isinstance(exc, TimeoutError) and not str(exc):

@@ -13,7 +13,6 @@ this store in ``FallbackSessionStore``, which serves the sessions this replica h
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Collection
@@ -24,6 +23,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
+from bastion.deadlines import Deadlines
 from bastion.errors import HttpError
 from bastion.sessions.store import SessionData
 
@@ -55,6 +55,7 @@ class RedisSessionStore:
             raise ValueError("idle_timeout_s must be positive")
         self._redis = redis
         self._timeout_s = timeout_s
+        self._deadlines = Deadlines()
         # Millisecond TTLs, at least 1 ms: Redis rejects PX 0.
         self._ttl_ms = max(1, int(idle_timeout_s * 1000))
         self._prefix = key_prefix
@@ -66,7 +67,7 @@ class RedisSessionStore:
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
         try:
-            async with asyncio.timeout(self._timeout_s):
+            with self._deadlines.after(self._timeout_s):
                 return await fn()
         except TimeoutError:
             # A frozen Redis: the socket timeout plus the client's retry could exceed the request's budget.

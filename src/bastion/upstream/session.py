@@ -38,6 +38,7 @@ from typing import Any, TypeGuard
 
 import structlog
 
+from bastion.deadlines import Deadlines
 from bastion.errors import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
@@ -126,6 +127,8 @@ class RpcSession:
         self.cancel_by_notice = True
         self._send = send
         self._ids = RequestIds()
+        # Every request's deadline on one timer (bastion.deadlines): nearly all of them are answered in time.
+        self._deadlines = Deadlines()
         self._pending: dict[int, Pending] = {}
         # Recently finished ids, oldest first (a dict as an ordered set), to classify late answers.
         self._finished: dict[int, None] = {}
@@ -161,7 +164,7 @@ class RpcSession:
         differ (time already spent waiting for a reconnect, or on an earlier attempt)."""
         pending = self.open(method, params, on_message)
         try:
-            async with asyncio.timeout(timeout):
+            with self._deadlines.after(timeout):
                 await transmit(pending)
                 response = await pending.future
         except TimeoutError:
