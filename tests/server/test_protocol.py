@@ -4,6 +4,7 @@ driven by raw asyncio streams so that malformed and slow HTTP can be sent byte b
 from __future__ import annotations
 
 import asyncio
+import time
 import contextlib
 import json
 import re
@@ -276,6 +277,26 @@ async def test_idle_keep_alive_connections_are_closed() -> None:
         raw = await asyncio.wait_for(reader.read(), 5)  # returns once the server closes (keep-alive 1 s)
         writer.close()
     assert statuses(raw) == [200]
+    assert front.refusals == []
+
+
+async def test_the_keep_alive_wait_starts_again_after_every_response() -> None:
+    # One timer per connection serves the request deadline and the keep-alive wait: a connection that is never
+    # idle for a whole second (keep-alive 1 s) stays open however long it lives, and one that then goes quiet is
+    # closed about a second after its last response, not a request timeout (10 s) later.
+    async with serve() as front:
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+        raw = b""
+        for _ in range(5):
+            writer.write(request(body=b"", close=False))
+            raw += await asyncio.wait_for(reader.readuntil(b"}"), 5)
+            await asyncio.sleep(0.6)
+        quiet = time.monotonic()
+        raw += await asyncio.wait_for(reader.read(), 5)  # returns once the server closes
+        idle = time.monotonic() - quiet
+        writer.close()
+    assert statuses(raw) == [200] * 5
+    assert 0.2 <= idle < 3.0
     assert front.refusals == []
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -292,10 +293,14 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self._header_bytes = 0  # exact: request target, names and values, plus 4 per line
         self._codings: list[bytes] = []
         self._front = FrontLines()
-        # The request clock: when the request being received began (None while none is), and one timer per
-        # connection that checks it. Re-arming a timer on every request would cost more than the check.
+        # The connection's clock: when the request being received began (None while none is), when the
+        # connection went idle after a response (None while it is not: the keep-alive wait), and one timer per
+        # connection that checks both. uvicorn arms and cancels a keep-alive timer around every request, and
+        # re-arming a timer per request costs more than the check (about 2 µs each under uvloop).
         self._since: float | None = None
+        self._idle_since: float | None = None
         self._deadline: asyncio.TimerHandle | None = None
+        self._deadline_at = 0.0  # event-loop time the timer is armed for
         self._lingering = -1  # bytes dropped since the error answer; -1 while not lingering
         self._max_headers = self.options.max_headers
         self._max_header_bytes = self.options.max_header_bytes
@@ -319,7 +324,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
             if self._lingering > LINGER_BYTES:
                 self.transport.close()
             return
-        self._unset_keepalive_if_required()
+        self._idle_since = None  # uvicorn's _unset_keepalive_if_required, on the connection's clock
         counting, heads_done = self._in_head, self._heads_done
         try:
             self.parser.feed_data(data)
@@ -425,6 +430,23 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self._request_started = False
         self._since = None
 
+    def on_response_complete(self) -> None:
+        # uvicorn's, with the keep-alive wait on the connection's clock instead of a timer per response.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._idle_since = None
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        now = self.loop.time()
+        self._idle_since = now
+        expires = now + self.timeout_keep_alive
+        if self._deadline is None or self._deadline_at > expires:
+            self._arm(self.timeout_keep_alive)
+
     # -- refusals -----------------------------------------------------------------------------------------
 
     def _parse_error(self, exc: httptools.HttpParserError, data: bytes) -> Refused:
@@ -496,6 +518,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     def _arm(self, delay: float) -> None:
         self._disarm()
+        self._deadline_at = self.loop.time() + delay
         self._deadline = self.loop.call_later(delay, self._timed_out)
 
     def _disarm(self) -> None:
@@ -505,11 +528,23 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     def _timed_out(self) -> None:
         self._deadline = None
-        if self.transport.is_closing() or self._since is None:
-            return  # no request being received: the next one re-arms the timer
-        remaining = self._since + self.options.request_timeout_s - self.loop.time()
+        if self.transport.is_closing():
+            return
+        now = self.loop.time()
+        idle_left = math.inf
+        if self._idle_since is not None:
+            idle_left = self._idle_since + self.timeout_keep_alive - now
+            if idle_left <= 0:
+                self.timeout_keep_alive_handler()
+                return
+        if self._since is None:
+            # No request being received: the next one re-arms the timer, or the keep-alive wait does.
+            if idle_left < math.inf:
+                self._arm(idle_left)
+            return
+        remaining = self._since + self.options.request_timeout_s - now
         if remaining > 0:  # a later request than the one the timer was armed for
-            self._arm(remaining)
+            self._arm(min(remaining, idle_left))
             return
         if self._in_head and not self._request_started:
             # Connected and silent: there is no request to answer.
