@@ -39,7 +39,7 @@ async def test_one_record_per_call_under_concurrency(tmp_path: Path) -> None:
         outcome, template = OUTCOMES[i % len(OUTCOMES)]
         rec = CallRecord(stage=template.stage, rule_id=template.rule_id, limit=template.limit,
                          violations=list(template.violations), upstream_ms=template.upstream_ms)
-        ctx = dataclasses.replace(context({"i": i}), request_id=f"q{i}", client_id=i)
+        ctx = context({"i": i})._replace(request_id=f"q{i}", client_id=i)
         await auditor(ctx, rec, outcome, None, 10.0)
 
     await asyncio.gather(*(one(i) for i in range(240)))

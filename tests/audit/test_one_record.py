@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import json
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -170,7 +170,7 @@ def test_the_pipeline_writes_exactly_one_record(arguments: dict[str, Any], reque
             return ["not", "a", "result"]  # type: ignore[return-value]
         raise FAILURES[forward_does]()
 
-    ctx = replace(context(arguments), client_id=client_id)
+    ctx = context(arguments)._replace(client_id=client_id)
     outcome: Any
     try:
         outcome = asyncio.run(pipeline.run(ctx, forward))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -71,7 +70,7 @@ async def answer(core: Core, msg: jsonrpc.Message, client: Client, *, era: str =
                  live: LiveSession | None = None) -> CallResponse:
     r = responder(core)
     scope = build.client_scope(era=era)  # type: ignore[arg-type]
-    response = await r.respond(replace(scope, live=live), msg, live, sse_ok=True)
+    response = await r.respond(scope._replace(live=live), msg, live, sse_ok=True)
     assert isinstance(response, CallResponse)
     await response({"type": "http", "method": "POST"}, client.receive, client.send)  # type: ignore[arg-type]
     return response
@@ -165,6 +164,6 @@ async def test_a_stream_emitter_built_by_the_front_door_is_used_as_is(core: Core
     msg = call("echo")
     emitter = r.emitter("legacy", msg, None, True)
     assert isinstance(emitter, StreamEmitter)
-    scope = replace(build.client_scope(), emitter=emitter)
+    scope = build.client_scope()._replace(emitter=emitter)
     response = await r.respond(scope, msg, None, sse_ok=True)
     assert isinstance(response, CallResponse) and response._scope is scope

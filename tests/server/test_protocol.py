@@ -4,10 +4,10 @@ driven by raw asyncio streams so that malformed and slow HTTP can be sent byte b
 from __future__ import annotations
 
 import asyncio
-import time
 import contextlib
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any

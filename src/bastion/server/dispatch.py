@@ -231,7 +231,7 @@ class Dispatcher:
                                              reason=exc.message, error=exc, traceparent=ctx.traceparent)
             raise
         if scope.era == "modern":
-            ctx = replace(ctx, approval_round=approval_round(scope, params, trip))
+            ctx = ctx._replace(approval_round=approval_round(scope, params, trip))
         marker: list[str] = []
 
         async def forward(ctx: CallContext, record: CallRecord) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -134,7 +133,7 @@ class Responder:
         emitter = scope.emitter
         if not isinstance(emitter, StreamEmitter):
             emitter = StreamEmitter(Outbox(), live if scope.era == "legacy" else None, self._ids)
-            scope = replace(scope, emitter=emitter)
+            scope = scope._replace(emitter=emitter)
         return CallResponse(self, scope, msg, live, emitter.outbox)
 
     async def audit_rejected(self, principal: Principal, body: Any, exc: MessageRejected, *,

@@ -8,8 +8,7 @@ handlers serve both eras alike and only consult ``era`` where the revisions real
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from bastion.call import Era
 from bastion.principal import Principal
@@ -20,8 +19,10 @@ from bastion.sessions.store import SessionData
 __all__ = ["Scope"]
 
 
-@dataclass(frozen=True, slots=True)
-class Scope:
+class Scope(NamedTuple):
+    """Immutable, one per request: a named tuple because a frozen dataclass sets each field through
+    ``object.__setattr__``, three times the cost. Change a field with ``_replace``."""
+
     principal: Principal
     era: Era
     protocol_version: str
