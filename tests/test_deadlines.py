@@ -195,3 +195,31 @@ def test_one_component_serves_one_loop_after_another() -> None:
     asyncio.run(main())
     uvloop.run(main())  # the second loop's deadline fires although the first loop's timer went with it
     asyncio.run(main())
+
+
+def test_a_timer_left_on_an_earlier_loop_does_nothing_when_that_loop_runs_again() -> None:
+    deadlines = Deadlines()
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        async def short() -> None:
+            with deadlines.after(0.05):  # arms a timer on the first loop, for 50 ms from now
+                await asyncio.sleep(0)
+
+        first.run_until_complete(short())
+        release = second.create_future()
+
+        async def held() -> bool:
+            with deadlines.after(30) as block:  # rebinds to the second loop
+                await release
+            return block.expired()
+
+        task = second.create_task(held())
+        second.run_until_complete(asyncio.sleep(0.01))
+        timer = deadlines._timer
+        first.run_until_complete(asyncio.sleep(0.1))  # the first loop's timer fires now
+        assert deadlines._timer is timer and len(deadlines) == 1  # the second loop's timer and heap untouched
+        release.set_result(None)
+        assert second.run_until_complete(task) is False
+    finally:
+        first.close()
+        second.close()

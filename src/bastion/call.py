@@ -35,7 +35,8 @@ class CallContext(NamedTuple):
     ``client_id`` is the JSON-RPC id the client sent (the audit record's ``request_id``).
 
     A named tuple rather than a frozen dataclass: one is built per call, and a frozen dataclass sets each of its
-    eleven fields through ``object.__setattr__`` (2.8 µs against 0.9 µs). Change a field with ``_replace``.
+    eleven fields through ``object.__setattr__`` (about 4 µs against 1.5 µs, built with keywords as bastion
+    builds it). Change a field with ``_replace``.
     """
 
     request_id: str

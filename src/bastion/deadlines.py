@@ -86,7 +86,7 @@ class Deadline:
 class Deadlines:
     """The deadlines of one component's awaits, on one timer (see the module's note)."""
 
-    __slots__ = ("_armed_at", "_finished", "_heap", "_loop", "_order", "_timer")
+    __slots__ = ("_armed_at", "_epoch", "_finished", "_heap", "_loop", "_order", "_timer")
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -95,6 +95,7 @@ class Deadlines:
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
         self._finished = 0  # finished blocks still in the heap
+        self._epoch = 0  # bumped at each rebinding: a timer armed for an earlier loop then does nothing
 
     def after(self, delay: float | None) -> Deadline:
         """A block that expires ``delay`` seconds from now; ``None``: one that never does. Must run in a task."""
@@ -124,8 +125,9 @@ class Deadlines:
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            # The old loop's timer and blocks go with it; its timer, should it still fire, finds an empty heap of
-            # another loop's (``_fire`` re-reads everything from ``self``).
+            # The old loop's timer and blocks go with it; should that loop run again and its timer fire, the
+            # timer finds the epoch changed and does nothing.
+            self._epoch += 1
             self._loop = loop
             self._heap = []
             self._timer = None
@@ -138,14 +140,16 @@ class Deadlines:
         if self._timer is not None:
             self._timer.cancel()
         self._armed_at = when
-        self._timer = self._loop.call_at(when, self._fire)
+        self._timer = self._loop.call_at(when, self._fire, self._epoch)
 
     def _compact(self) -> None:
         self._heap = [entry for entry in self._heap if entry[2]._state == _ACTIVE]
         heapq.heapify(self._heap)
         self._finished = 0
 
-    def _fire(self) -> None:
+    def _fire(self, epoch: int) -> None:
+        if epoch != self._epoch:
+            return
         self._timer = None
         self._armed_at = math.inf
         loop = self._loop

@@ -21,7 +21,7 @@ __all__ = ["Scope"]
 
 class Scope(NamedTuple):
     """Immutable, one per request: a named tuple because a frozen dataclass sets each field through
-    ``object.__setattr__``, three times the cost. Change a field with ``_replace``."""
+    ``object.__setattr__``, more than twice the cost. Change a field with ``_replace``."""
 
     principal: Principal
     era: Era
