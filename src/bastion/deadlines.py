@@ -1,14 +1,14 @@
 """Deadlines for one component's awaits, kept on one event-loop timer instead of one timer per await.
 
-``asyncio.timeout`` costs about 6 µs of CPU per use under uvloop, and the calls on the tools/call path pay it once
-per timed await (the upstream request, the rate limiter's script, the session store): uvloop allocates and starts
-a libuv timer for each one and stops and frees it again (2.1 µs), the context manager is two coroutines, and
-``current_task`` plus ``get_running_loop`` make three ``getpid`` system calls on Python 3.11 (its running-loop check
-compares process ids). Almost every such await ends long before its deadline, so that timer is set up to be thrown
-away.
+``asyncio.timeout`` costs 6.6-7.8 µs of CPU per use (``bench/bench_timeouts.py``), and the calls on the
+tools/call path pay it once per timed await (the upstream request, the rate limiter's script, the session
+store): uvloop allocates and starts a libuv timer for each one and stops and frees it again (2.1 µs), the context
+manager is two coroutines, and ``current_task`` plus ``get_running_loop`` make three ``getpid`` system calls on
+Python 3.11 (its running-loop check compares process ids). Almost every such await ends long before its
+deadline, so that timer is set up to be thrown away.
 
 ``Deadlines`` keeps the deadlines of its component's awaits in a heap and one timer armed for the earliest one. A
-``with deadlines.after(seconds):`` block costs a heap push and, on the way out, a flag (about 1.2 µs); the timer is
+``with deadlines.after(seconds):`` block costs a heap push and, on the way out, a flag (about 1.5 µs); the timer is
 re-armed only when a new deadline is earlier than the armed one (never, when every await gets the same timeout)
 and when it fires. When it fires, the blocks whose deadline has passed are expired exactly as ``asyncio.timeout``
 expires them: their task is cancelled, and the block raises ``TimeoutError`` when it is left by that
