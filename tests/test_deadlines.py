@@ -37,7 +37,8 @@ def test_a_block_past_its_deadline_raises_timeout_error(run: Callable[[Main], No
         assert len(deadlines) == 0
         # The task is not left cancelled: it goes on awaiting.
         await asyncio.sleep(0.01)
-        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
     run(main)
 
 

@@ -47,14 +47,13 @@ _RESOLUTION_S = 0.001
 class Deadline:
     """One timed block (``Deadlines.after``): a synchronous context manager, since leaving it needs no await."""
 
-    __slots__ = ("_cancelling", "_owner", "_state", "_task", "when")
+    __slots__ = ("_cancelling", "_owner", "_state", "_task")
 
-    def __init__(self, owner: Deadlines | None, task: asyncio.Task[Any] | None, when: float) -> None:
-        self._owner = owner
+    def __init__(self, owner: Deadlines | None, task: asyncio.Task[Any]) -> None:
+        self._owner = owner  # None for a block without a deadline (it is in no heap)
         self._task = task
-        self._cancelling = task.cancelling() if task is not None else 0
+        self._cancelling = task.cancelling()
         self._state = _ACTIVE
-        self.when = when  # event-loop time; inf for a block without a deadline
 
     def expired(self) -> bool:
         """Whether the deadline passed while the block ran (as ``asyncio.Timeout.expired``)."""
@@ -66,7 +65,6 @@ class Deadline:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._state == _EXPIRED:
-            assert self._task is not None
             # asyncio.Timeout's rule: the cancellation is ours to turn into TimeoutError only when nobody else
             # asked to cancel the task meanwhile.
             if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
@@ -78,7 +76,6 @@ class Deadline:
             owner._finished += 1
 
     def _expire(self) -> None:
-        assert self._task is not None
         self._state = _EXPIRED
         self._task.cancel()
 
@@ -108,9 +105,9 @@ class Deadlines:
             if task is None:
                 raise RuntimeError("a deadline must be used inside a task")
         if delay is None:
-            return Deadline(None, task, math.inf)
+            return Deadline(None, task)
         when = loop.time() + delay
-        block = Deadline(self, task, when)
+        block = Deadline(self, task)
         heapq.heappush(self._heap, (when, next(self._order), block))
         if when < self._armed_at:
             self._arm(when)
