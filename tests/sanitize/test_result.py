@@ -199,6 +199,60 @@ def test_deeply_nested_structured_content_is_withheld() -> None:
     assert report.withheld is not None
 
 
+def _nested(levels: int) -> Any:
+    deep: Any = 1
+    for _ in range(levels):
+        deep = [deep]
+    return {"d": deep}
+
+
+# A JSON-looking text block: the result is then not prescanned whole, and structuredContent gets a prescan of its own.
+_JSON_TEXT = {"type": "text", "text": "[]"}
+
+
+@pytest.mark.parametrize("content", [[], [_JSON_TEXT]], ids=["prescanned-whole", "prescanned-alone"])
+def test_structured_content_nested_to_the_limit_passes_and_one_level_more_is_withheld(content: list[Any]) -> None:
+    # {"d": [[...[1]...]]}: n lists put the 1 at depth n + 1, and the walk refuses values deeper than MAX_DEPTH (64).
+    fits = _nested(63)
+    out, report = sanitize_result({"content": content, "structuredContent": fits}, DEFAULT)
+    assert report.withheld is None
+    assert out["structuredContent"] is fits
+    _, report = sanitize_result({"content": content, "structuredContent": _nested(64)}, DEFAULT)
+    assert report.withheld is not None
+
+
+@pytest.mark.parametrize("content", [[], [_JSON_TEXT]], ids=["prescanned-whole", "prescanned-alone"])
+def test_clean_structured_strings_are_still_cut_at_the_item_limit(content: list[Any]) -> None:
+    p = policy(max_item_bytes=64)
+    # 64 bytes in 32 characters: under the limit though four bytes a character would not be.
+    fits = {"a": "é" * 32, "b": ["x" * 64]}
+    out, report = sanitize_result({"content": content, "structuredContent": fits}, p)
+    assert out["structuredContent"] is fits
+    assert report.counts == {}
+    for over in ({"a": "é" * 33}, {"b": ["x" * 65]}):
+        out, report = sanitize_result({"content": content, "structuredContent": over}, p)
+        cut = out["structuredContent"]
+        text = cut["a"] if "a" in cut else cut["b"][0]
+        assert "truncated by bastion" in text
+        assert report.counts == {"truncated": 1}
+
+
+@pytest.mark.parametrize("content", [[], [_JSON_TEXT]], ids=["prescanned-whole", "prescanned-alone"])
+def test_a_clean_structured_tree_is_not_walked_string_by_string(content: list[Any],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The prescan already saw every string: a walk that copies every container to find nothing changed is skipped.
+    from bastion.sanitize.result import Sanitizer
+
+    def walked(self: Any, value: Any, depth: int = 0) -> Any:
+        raise AssertionError("json_value walked a tree the prescan found clean")
+
+    monkeypatch.setattr(Sanitizer, "json_value", walked)
+    rows = {"rows": [{"id": i, "name": f"item-{i}", "tags": ["a", "b"]} for i in range(50)], "total": 50}
+    out, report = sanitize_result({"content": content, "structuredContent": rows}, DEFAULT)
+    assert out["structuredContent"] is rows
+    assert report.counts == {}
+
+
 def test_requests_an_upstream_sends_to_the_client_are_cleaned_everywhere() -> None:
     from bastion.sanitize.config import SanitizeConfig
     from bastion.sanitize.result import sanitize_notification

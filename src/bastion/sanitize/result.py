@@ -99,15 +99,20 @@ class Sanitizer(StringSanitizer):
 
     def json_tree(self, value: Any) -> Any:
         """``json_value`` with one RE2 pass over all strings first, so a clean tree of many small strings does
-        not pay two pattern-set scans per string. A match spanning two strings only costs the per-string path."""
+        not pay two pattern-set scans per string. A match spanning two strings only costs the per-string path.
+
+        When the prescan found that the walk would change nothing (``untouched``), the value comes back without
+        it: a clean structured result of a few thousand strings cost more in that walk, which copies every
+        container to compare it, than in everything else the sanitizer does to it."""
         if self._whole:
-            return self.json_value(value)
+            return value if self._untouched else self.json_value(value)
         self.prescan(value)
         try:
-            return self.json_value(value)
+            return value if self._untouched else self.json_value(value)
         finally:
             self._patterns = True
             self._plain = False
+            self._untouched = False
 
     def json_value(self, value: Any, depth: int = 0) -> Any:
         """Every string leaf and key of a JSON value; the same object back when nothing changed."""

@@ -48,6 +48,9 @@ class StringSanitizer:
         # Set by prescan() when, besides, no string of the value has anything to clean: a string it saw then
         # comes out of ``string`` as it went in, but for truncation.
         self._plain = False
+        # Set by prescan() when, besides, no string of the value is long enough to be cut at ``max_item_bytes`` and
+        # nothing is nested deep enough to be refused: a walk of the value would hand back the value itself.
+        self._untouched = False
 
     def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False,
                key: str | None = None) -> str:
@@ -102,9 +105,11 @@ class StringSanitizer:
         """
         loose: list[str] = []
         members: list[str] = []
-        if not _collect(value, loose, members, 0):
+        deepest = [0]
+        if not _collect(value, loose, members, 0, deepest):
             self._patterns = True  # not every string was seen: scan each one as it is walked
             self._plain = False
+            self._untouched = False
             return None
         # Order does not matter to a prescan, only that each string stands between separators.
         joined = PRESCAN_SEPARATOR.join(loose + members)
@@ -119,7 +124,17 @@ class StringSanitizer:
         self._patterns = (self._secrets_may_match(loose, members, joined)
                           or self.policy.detector.may_match(joined))
         self._plain = not unclean and not self._patterns
+        # A value at depth d sits in a container at d - 1, so nothing is deeper than the deepest container + 1.
+        self._untouched = (self._plain and deepest[0] + 1 <= MAX_DEPTH
+                           and _all_fit(loose, self.policy.max_item_bytes)
+                           and _all_fit(members, self.policy.max_item_bytes))
         return joined
+
+    @property
+    def untouched(self) -> bool:
+        """True while a prescan found that walking the value it saw would change nothing: no string to clean, no
+        pattern that can match, no string over ``max_item_bytes``, nothing nested deeper than ``MAX_DEPTH``."""
+        return self._untouched
 
     def _secrets_may_match(self, loose: list[str], members: list[str], joined: str) -> bool:
         """Whether a secret rule can match a string, a key, or a member as ``string(..., key=)`` shows it to the
@@ -132,14 +147,24 @@ class StringSanitizer:
         return redactor.may_match_joined(PRESCAN_SEPARATOR.join(loose) + PRESCAN_SEPARATOR + members_text(members))
 
 
-def _collect(value: Any, loose: list[str], members: list[str], depth: int) -> bool:
+def _all_fit(strings: list[str], limit: int) -> bool:
+    """Whether every string is at most ``limit`` UTF-8 bytes (``truncate_utf8`` would keep each whole)."""
+    if not strings or max(map(len, strings)) * 4 <= limit:  # a code point is at most 4 bytes
+        return True
+    return all(len(s) * 4 <= limit or len(s.encode("utf-8", "surrogatepass")) <= limit for s in strings)
+
+
+def _collect(value: Any, loose: list[str], members: list[str], depth: int, deepest: list[int]) -> bool:
     """Append every key with its string value to ``members`` (key, value, key, value...) and every other string
-    and key of ``value`` to ``loose``; False when ``value`` is nested too deep to collect whole."""
+    and key of ``value`` to ``loose``, and raise ``deepest[0]`` to the depth of the deepest container; False when
+    ``value`` is nested too deep to collect whole."""
     if isinstance(value, str):
         loose.append(value)
     elif depth > 2 * MAX_DEPTH:
         return False
     elif isinstance(value, dict):
+        if depth > deepest[0]:
+            deepest[0] = depth
         append = loose.append
         for key, item in value.items():
             # A string member is appended here rather than in a call of its own (most members are strings).
@@ -152,12 +177,14 @@ def _collect(value: Any, loose: list[str], members: list[str], depth: int) -> bo
                 continue
             if isinstance(key, str):
                 append(key)
-            if not _collect(item, loose, members, depth + 1):
+            if not _collect(item, loose, members, depth + 1, deepest):
                 return False
     elif isinstance(value, list):
+        if depth > deepest[0]:
+            deepest[0] = depth
         for item in value:
             if type(item) is str:
                 loose.append(item)
-            elif not _collect(item, loose, members, depth + 1):
+            elif not _collect(item, loose, members, depth + 1, deepest):
                 return False
     return True
