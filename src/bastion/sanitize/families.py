@@ -345,20 +345,20 @@ def role_turns(folded: str, starts: list[tuple[int, int]] | None = None, lenient
     Transcripts legitimately hold many role lines; what marks an injection is a ``system``/``developer``/
     ``instruction`` line followed by an instruction aimed at the model (unless it is the opening line of a
     transcript, as in a dataset sample or prompt file), or a user/assistant turn carrying such an instruction in
-    a text that is not a transcript. ``lenient`` drops both exemptions and counts a text with more candidates
-    than ``MAX_CANDIDATES`` as one hit (a superset, for prescans: past the budget, a candidate may open a string
-    of its own).
+    a text that is not a transcript. ``lenient`` is the prescan's count over strings joined
+    (``_joined_role_turns``): both exemptions dropped, and a text with more candidates than ``MAX_CANDIDATES``
+    counted as a hit (past the budget, a candidate may open a string of its own).
     """
+    if lenient:
+        return _joined_role_turns(folded, starts)
     marks: list[Any] = []
     for i, m in enumerate(_ROLE_RE.finditer(folded)):
         if i >= MAX_CANDIDATES:
-            if lenient:
-                return 1
             break
         marks.append(m)
     if not marks:
         return 0
-    transcript = not lenient and len({m.group(1) for m in marks}) >= 2
+    transcript = len({m.group(1) for m in marks}) >= 2
     hits = 0
     for i, m in enumerate(marks):
         role, suffix = m.group(1), m.group(2)
@@ -371,6 +371,34 @@ def role_turns(folded: str, starts: list[tuple[int, int]] | None = None, lenient
         else:
             flagged = aimed and not transcript
         if flagged:
+            hits += 1
+            if starts is not None:
+                starts.append((m.start(), m.end()))
+    return hits
+
+
+def _joined_role_turns(folded: str, starts: list[tuple[int, int]] | None) -> int:
+    """``role_turns`` without its exemptions, over strings joined by NULs (``strings.PRESCAN_SEPARATOR``; a single
+    string has none): a superset of what each string scanned alone would count.
+
+    A marker's window ends where its string ends, as it would scanned alone. A marker with nothing after it in
+    its string (a bare ``admin`` or ``user``, the value of a role column) can open no turn, so it is passed over
+    without a search and not counted against ``MAX_CANDIDATES``: a table of a thousand users is not taken for a
+    possible injection (which sent every string of it down the per-string scans, tens of milliseconds).
+    """
+    hits = 0
+    examined = 0
+    for m in _ROLE_RE.finditer(folded):
+        end = m.end()
+        stop = folded.find("\x00", end, end + _WINDOW)
+        window = folded[end:end + _WINDOW] if stop < 0 else folded[end:stop]
+        if not window or window.isspace():  # neither an aimed phrase nor an imperative starts without a word
+            continue
+        examined += 1
+        if examined > MAX_CANDIDATES:
+            return hits + 1
+        strong = m.group(1) in _STRONG_ROLES or m.group(2) in _STRONG_SUFFIX
+        if _AIMED.search(window) is not None or (strong and _IMPERATIVE.match(window) is not None):
             hits += 1
             if starts is not None:
                 starts.append((m.start(), m.end()))
