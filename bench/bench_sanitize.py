@@ -11,11 +11,13 @@ compare before and after a change.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
 import random
 import time
+import uuid
 from typing import Any
 
 from bastion.sanitize.config import SanitizeConfig
@@ -43,6 +45,14 @@ def scenarios() -> dict[str, dict[str, Any]]:
     rows = [{"id": i, "name": f"item-{i}", "owner": rng.choice(WORDS), "tags": [rng.choice(WORDS) for _ in range(3)],
              "score": rng.random()} for i in range(900)]
     structured = {"rows": rows, "total": len(rows)}
+    # A directory listing as a tool returns it: ids, hashes, a role column whose values are role words. Its own
+    # generator, so that the other scenarios stay what they were before it was added.
+    table_rng = random.Random(11)
+    users = [{"id": str(uuid.UUID(int=table_rng.getrandbits(128))), "email": f"user{i}@example.com",
+              "role": table_rng.choice(("admin", "user", "viewer")), "sha256": hashlib.sha256(b"%d" % i).hexdigest(),
+              "created": f"2026-11-{1 + i % 28:02d}T10:00:00Z", "active": True, "score": table_rng.random()}
+             for i in range(1000)]
+    table = {"users": users, "count": len(users)}
     secrets = [" AKIAIOSFODNN7EXAMPLE ", " ghp_Zx9Kq2Lm4Np6Rs8Tv0Wy1Ab3Cd5Ef7Gh9Ij1 ",
                " postgres://app:S3cr3tPassw0rd@db:5432/app ", ' password="Xk9mQ2vL8pR4tZ7w" ']
     with_secrets = "".join(chunk + rng.choice(secrets) for chunk in (log_text(2_000, rng) for _ in range(50)))
@@ -52,6 +62,8 @@ def scenarios() -> dict[str, dict[str, Any]]:
         "plain ASCII text 100 KB": {"content": [{"type": "text", "text": plain}]},
         "JSON structured + mirror": {"content": [{"type": "text", "text": json.dumps(structured)}],
                                      "structuredContent": structured},
+        "JSON table: 1,000 users + mirror": {"content": [{"type": "text", "text": json.dumps(table)}],
+                                             "structuredContent": table},
         "text with secrets 100 KB": {"content": [{"type": "text", "text": with_secrets}]},
         "unicode-heavy text": {"content": [{"type": "text", "text": unicode_heavy}]},
         "hostile text (escapes, bidi, tags)": {"content": [{"type": "text", "text": (
