@@ -4,6 +4,7 @@
     python bench/instructions.py --scenario defaults --calls 300 --concurrency 32
     python bench/instructions.py --scenario floor --scenario off     # the stack's floor beside bastion
     python bench/instructions.py --scenario nginx --scenario floor   # nginx (one process) beside that floor
+    python bench/instructions.py --scenario floor-lean --scenario floor --calls 1000   # what uvicorn costs
 
 CPU seconds per call (``loadgen.py``, ``sidebyside.py``) are the figure to compare with other proxies, but on a
 shared 2-core machine they move by ±15% between two runs of the same code, which hides a change worth 5%. This
@@ -16,8 +17,11 @@ is the dump's instruction count divided by the calls: the gateway's own work, al
 kernel's share of a send or a receive is not in it, and neither is the time a call waits).
 
 The same count for the same code and load repeats within about 1% (garbage collections and dict resizes fall a
-little differently each run); ``--baseline REV`` runs each scenario again from ``src/`` of an earlier revision
-(``baseline.py``), right after the working tree's, and prints the ratio.
+little differently each run). The reference processes (``floor``, ``floor-lean``) leave garbage collection to the
+interpreter, which bastion's collector does not: one full collection of a large heap (the floor with bastion's
+settings imported, say) is tens of millions of instructions, enough to add a third to a 200-call count and
+nothing to a 1,000-call one, so count references with ``--calls 1000``. ``--baseline REV`` runs each scenario
+again from ``src/`` of an earlier revision (``baseline.py``), right after the working tree's, and prints the ratio.
 
 Work on a clock (the collector every second, health probes, the session cache's write-behind every 100 ms) runs as
 often per wall second under callgrind as without it, so per call it weighs about 50 times more than in real
@@ -69,9 +73,12 @@ PART = re.compile(rb"^part:\s+(\d+)", re.MULTILINE)
 SLOW_LIMITS: dict[str, Any] = {"rate_limits": {"timeout": "30s"}}
 # Not a bastion configuration: uvicorn and bastion's upstream pool forwarding bytes (floor_asgi.py), the stack's floor.
 FLOOR = "floor"
+# Not a bastion configuration: the same forwarding on a bare asyncio protocol (floor_lean.py), what uvicorn costs.
+FLOOR_LEAN = "floor-lean"
 # Not Python at all: nginx proxying to the same upstream (peers.nginx_config, one process), the floor of any proxy.
 NGINX = "nginx"
 REFERENCES = {FLOOR: "floor: uvicorn and the upstream pool forwarding bytes",
+              FLOOR_LEAN: "floor without uvicorn: an asyncio protocol, httptools and the upstream pool",
               NGINX: "nginx reverse proxy, keep-alive upstream (one process)"}
 
 
@@ -119,8 +126,9 @@ def count(name: str, doc: dict[str, Any], headers: dict[str, str], work: Path, a
     out = work / f"{name}.callgrind"
     served = [sys.executable, "-m", "bastion", "serve", "--config", str(config), "--grace", "5"]
     upstream_url = next(iter(doc["upstreams"].values()))["url"]
-    if name == FLOOR:
-        served = [sys.executable, str(BENCH / "floor_asgi.py"), "--port", str(port), "--upstream", upstream_url]
+    if name in (FLOOR, FLOOR_LEAN):
+        script = "floor_asgi.py" if name == FLOOR else "floor_lean.py"
+        served = [sys.executable, str(BENCH / script), "--port", str(port), "--upstream", upstream_url]
     elif name == NGINX:
         upstream_port = int(upstream_url.rsplit(":", 1)[1].split("/", 1)[0])
         served = nginx_command(nginx_config(work, port=port, upstream_port=upstream_port))

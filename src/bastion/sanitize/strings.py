@@ -130,12 +130,6 @@ class StringSanitizer:
                            and _all_fit(members, self.policy.max_item_bytes))
         return joined
 
-    @property
-    def untouched(self) -> bool:
-        """True while a prescan found that walking the value it saw would change nothing: no string to clean, no
-        pattern that can match, no string over ``max_item_bytes``, nothing nested deeper than ``MAX_DEPTH``."""
-        return self._untouched
-
     def _secrets_may_match(self, loose: list[str], members: list[str], joined: str) -> bool:
         """Whether a secret rule can match a string, a key, or a member as ``string(..., key=)`` shows it to the
         rules (``member_text``). The detector gets ``joined`` instead: its patterns need each string's edges."""
