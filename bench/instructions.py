@@ -17,11 +17,11 @@ is the dump's instruction count divided by the calls: the gateway's own work, al
 kernel's share of a send or a receive is not in it, and neither is the time a call waits).
 
 The same count for the same code and load repeats within about 1% (garbage collections and dict resizes fall a
-little differently each run). The reference processes (``floor``, ``floor-lean``) leave garbage collection to the
-interpreter, which bastion's collector does not: one full collection of a large heap (the floor with bastion's
-settings imported, say) is tens of millions of instructions, enough to add a third to a 200-call count and
-nothing to a 1,000-call one, so count references with ``--calls 1000``. ``--baseline REV`` runs each scenario
-again from ``src/`` of an earlier revision (``baseline.py``), right after the working tree's, and prints the ratio.
+little differently each run). A counted window also carries work that does not grow with the number of calls
+(with ``--calls 1``: 31.5 M instructions for everything-off, 5.3 M for the floor), a sixth of a 200-call count of
+everything-off and a fifth of that at 1,000 calls: ratios between equal windows stand, per-call figures want
+``--calls 1000``. ``--baseline REV`` runs each scenario again from ``src/`` of an earlier revision
+(``baseline.py``), right after the working tree's, and prints the ratio.
 
 Work on a clock (the collector every second, health probes, the session cache's write-behind every 100 ms) runs as
 often per wall second under callgrind as without it, so per call it weighs about 50 times more than in real
