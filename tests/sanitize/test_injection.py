@@ -192,9 +192,9 @@ def test_may_match_agrees_with_scan() -> None:
     assert not DETECTOR.may_match("just a sentence about the weather")
 
 
-def _users(n: int, **extra: str) -> dict[str, object]:
+def _users(n: int) -> dict[str, list[dict[str, str]]]:
     roles = ("admin", "user", "viewer", "system")
-    return {"users": [{"name": f"u{i}", "role": roles[i % len(roles)], **extra} for i in range(n)]}
+    return {"users": [{"name": f"u{i}", "role": roles[i % len(roles)]} for i in range(n)]}
 
 
 def test_a_role_column_is_clean_to_the_prescan_however_long() -> None:
