@@ -350,7 +350,7 @@ def role_turns(folded: str, starts: list[tuple[int, int]] | None = None, lenient
     counted as a hit (past the budget, a candidate may open a string of its own).
     """
     if lenient:
-        return _joined_role_turns(folded, starts)
+        return _joined_role_turns(folded)
     marks: list[Any] = []
     for i, m in enumerate(_ROLE_RE.finditer(folded)):
         if i >= MAX_CANDIDATES:
@@ -377,21 +377,31 @@ def role_turns(folded: str, starts: list[tuple[int, int]] | None = None, lenient
     return hits
 
 
-def _joined_role_turns(folded: str, starts: list[tuple[int, int]] | None) -> int:
-    """``role_turns`` without its exemptions, over strings joined by NULs (``strings.PRESCAN_SEPARATOR``; a single
-    string has none): a superset of what each string scanned alone would count.
+def _own_string(folded: str, lo: int, hi: int, start: int, end: int) -> str:
+    """``folded[lo:hi]`` cut at the NULs on either side of the candidate at ``start:end``. The prescan scans
+    strings joined with NULs between them (``strings.PRESCAN_SEPARATOR``), and each of them is scanned alone
+    afterwards if the prescan finds anything: a window that read into the neighbouring strings would find what
+    no per-string scan can, and send a clean tree down the per-string scans for nothing. A text without NULs is
+    one string, and the window stays as it is."""
+    left = folded.rfind("\x00", lo, start)
+    right = folded.find("\x00", end, hi)
+    return folded[lo if left < 0 else left + 1:hi if right < 0 else right]
 
-    A marker's window ends where its string ends, as it would scanned alone. A marker with nothing after it in
-    its string (a bare ``admin`` or ``user``, the value of a role column) can open no turn, so it is passed over
-    without a search and not counted against ``MAX_CANDIDATES``: a table of a thousand users is not taken for a
-    possible injection (which sent every string of it down the per-string scans, tens of milliseconds).
+
+def _joined_role_turns(folded: str) -> int:
+    """``role_turns`` without its exemptions, over strings joined by NULs: a superset of what each string scanned
+    alone would count, each marker's window ending where its own string ends (``_own_string``).
+
+    A marker with nothing after it in its string (a bare ``admin`` or ``user``, the value of a role column) can
+    open no turn, so it is passed over without a search and not counted against ``MAX_CANDIDATES``: a table of a
+    thousand users is not taken for a possible injection (which sent every string of it down the per-string
+    scans, tens of milliseconds).
     """
     hits = 0
     examined = 0
     for m in _ROLE_RE.finditer(folded):
         end = m.end()
-        stop = folded.find("\x00", end, end + _WINDOW)
-        window = folded[end:end + _WINDOW] if stop < 0 else folded[end:stop]
+        window = _own_string(folded, end, end + _WINDOW, end, end)
         if not window or window.isspace():  # neither an aimed phrase nor an imperative starts without a word
             continue
         examined += 1
@@ -400,26 +410,27 @@ def _joined_role_turns(folded: str, starts: list[tuple[int, int]] | None) -> int
         strong = m.group(1) in _STRONG_ROLES or m.group(2) in _STRONG_SUFFIX
         if _AIMED.search(window) is not None or (strong and _IMPERATIVE.match(window) is not None):
             hits += 1
-            if starts is not None:
-                starts.append((m.start(), m.end()))
     return hits
 
 
 def jsonrpc_messages(folded: str, starts: list[tuple[int, int]] | None = None, lenient: bool = False) -> int:
     """Count MCP-shaped JSON-RPC messages in text: a request or notification with an MCP method, or a result
-    shaped like an MCP result. Other JSON-RPC (Ethereum nodes, language servers) is left alone. ``lenient``
-    counts a text with more candidates than ``MAX_CANDIDATES`` as a hit (for prescans, as ``role_turns``)."""
+    shaped like an MCP result. Other JSON-RPC (Ethereum nodes, language servers) is left alone. ``lenient`` is
+    the prescan's count over strings joined (as ``role_turns``): each window ends at its own string's edges
+    (``_own_string``), and a text with more candidates than ``MAX_CANDIDATES`` counts as a hit."""
     hits = 0
     for i, m in enumerate(_JSONRPC_START.finditer(folded)):
         if i >= MAX_CANDIDATES:
             if lenient:
                 return hits + 1
             break
-        window = folded[max(0, m.start() - 600):m.end() + 600]
+        start, end = m.span()
+        lo, hi = max(0, start - 600), end + 600
+        window = _own_string(folded, lo, hi, start, end) if lenient else folded[lo:hi]
         if _JSONRPC_METHOD.search(window) or (_JSONRPC_RESULT.search(window) and _MCP_RESULT.search(window)):
             hits += 1
             if starts is not None:
-                starts.append(m.span())
+                starts.append((start, end))
     return hits
 
 
