@@ -26,6 +26,7 @@ from bastion.auth import metadata_paths, protected_resource_metadata
 from bastion.server.asgi import GatewayApp
 from bastion.sessions.sweep import IndexedRedisSessions
 from bastion.settings import Settings
+from bastion.stopping import cancel_and_wait
 
 log = structlog.get_logger("bastion.app")
 
@@ -120,8 +121,7 @@ def _lifespan(parts: Components) -> Any:
         finally:
             if parts.admin is not None:
                 await parts.admin.stop()
-            for task in tasks:
-                task.cancel()
+            await cancel_and_wait(tasks)
             # Before the audit sinks close: each session that dies with this process gets its session.end.
             await parts.approvals.aclose()
             await parts.sweeper.close()

@@ -22,6 +22,7 @@ from bastion.errors import RequestError, UpstreamRpcError
 from bastion.health import HealthConfig, HealthMonitor
 from bastion.health.monitor import Transition
 from bastion.refresh_gate import RefreshRequests
+from bastion.stopping import cancel_and_wait
 from bastion.upstream.base import Upstream
 
 log = structlog.get_logger("bastion.pool")
@@ -144,11 +145,7 @@ class UpstreamPool:
 
     async def close(self) -> None:
         await self.monitor.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks)
         await asyncio.gather(*(m.upstream.close() for m in self._members.values()), return_exceptions=True)
 
     async def _connect(self, name: str) -> bool:

@@ -28,6 +28,7 @@ from bastion.approvals.config import ApprovalsConfig
 from bastion.approvals.model import Channel, PendingApproval, Verdict, new_approval_id
 from bastion.approvals.store import ApprovalStore, MemoryApprovalStore, RedisApprovalStore
 from bastion.errors import BastionError
+from bastion.stopping import cancel_and_wait
 
 log = structlog.get_logger("bastion.approvals")
 
@@ -91,9 +92,7 @@ class ApprovalService:
 
     async def aclose(self) -> None:
         if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
+            await cancel_and_wait([self._listener])
             self._listener = None
 
     # -- the held call's side -------------------------------------------------------------------------------

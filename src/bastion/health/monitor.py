@@ -28,6 +28,7 @@ from bastion.errors import RequestError, UpstreamRpcError, UpstreamUnavailable
 from bastion.health import machine as m
 from bastion.health.config import HealthConfig
 from bastion.health.machine import Health
+from bastion.stopping import cancel_and_wait
 
 __all__ = ["HealthMonitor"]
 
@@ -156,11 +157,7 @@ class HealthMonitor:
             self._tasks.append(asyncio.create_task(self._watch(name), name=f"bastion-health-{name}"))
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     def _interval(self, health: Health) -> float:

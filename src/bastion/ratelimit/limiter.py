@@ -184,6 +184,10 @@ class Lease:
 
     async def _beat(self) -> None:
         interval = self._limiter.lease_ttl_s / 3
-        while True:
+        # ``_held`` ends the loop too, not only the cancellation from ``__aexit__``: a cancellation dropped inside
+        # ``_renew`` (bastion.stopping: asyncio.wait_for on Python 3.11) would otherwise renew a released lease,
+        # and hold its slot, for as long as the process lives.
+        while self._held:
             await asyncio.sleep(interval)
-            await self._limiter._renew(self._caps, self._id)
+            if self._held:
+                await self._limiter._renew(self._caps, self._id)

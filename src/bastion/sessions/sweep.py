@@ -15,7 +15,6 @@ Redis-backed sessions outlive a replica's shutdown (another replica serves them)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -26,6 +25,7 @@ from redis.exceptions import RedisError
 
 from bastion.sessions.redis_store import DEFAULT_KEY_PREFIX
 from bastion.sessions.store import SessionData, SessionStore
+from bastion.stopping import cancel_and_wait
 
 __all__ = ["IndexedRedisSessions", "SessionSweeper", "SweptStore"]
 
@@ -143,9 +143,7 @@ class SessionSweeper:
         """Stop sweeping and record the end of every session that dies with this process."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait([task])
         ended = self._store.drain()
         for data in ended:
             await self._on_shutdown(data)

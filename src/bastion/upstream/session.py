@@ -49,6 +49,7 @@ from bastion.errors import (
 )
 from bastion.protocol.meta import SUBSCRIPTION_ID_KEY as SUBSCRIPTION_ID
 from bastion.protocol.methods import CANCELLED, LISTEN, LOG_MESSAGE, PROGRESS, ROOTS_LIST
+from bastion.stopping import cancel_and_wait
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler
 from bastion.upstream.ids import RequestIds
 
@@ -438,10 +439,7 @@ class RpcSession:
     async def aclose(self) -> None:
         futures = [p.future for p in self._pending.values()]
         self.fail_all("upstream closed")
-        tasks = list(self._background)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._background))
         for future in futures:
             # Their awaiting tasks may have been cancelled above; mark the failures seen so asyncio does not warn.
             if future.done() and not future.cancelled():

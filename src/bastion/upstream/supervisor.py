@@ -15,6 +15,7 @@ from typing import Literal
 import structlog
 
 from bastion.errors import UpstreamUnavailable
+from bastion.stopping import cancel_and_wait
 from bastion.upstream.base import UpstreamInfo
 
 __all__ = ["Backoff", "StateListener", "Supervisor"]
@@ -144,6 +145,5 @@ class Supervisor:
         self._state = "closed"
         self._connected.set()
         task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is not None:
+            await cancel_and_wait([task])
