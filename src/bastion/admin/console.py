@@ -9,7 +9,6 @@ needs the session's CSRF token as well; the login POST needs the login form's si
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import secrets
 import time
@@ -39,6 +38,7 @@ from bastion.pinning.errors import PinningError, PinStoreUnavailable
 from bastion.policy.cases import tool_entry
 from bastion.policy.explain import decision_json
 from bastion.principal import Principal
+from bastion.stopping import cancel_and_wait
 
 log = structlog.get_logger("bastion.admin")
 
@@ -376,10 +376,7 @@ class Console:
                         return
                     yield b": keep-alive\n\n"
             finally:
-                following.cancel()
-                closing.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await following
+                await cancel_and_wait([following, closing])
                 if isinstance(feed, AsyncGenerator):
                     await feed.aclose()  # a cancelled step that had not started leaves it suspended
 
