@@ -9,6 +9,8 @@ a burst of load elsewhere on the machine spreads over all targets instead of lan
 
     direct            the upstream alone
     nginx             nginx as a reverse proxy with keep-alive upstream connections: the floor of any HTTP proxy
+    floor-lean        a bare asyncio protocol with httptools and bastion's upstream pool (``floor_lean.py``): the
+                      least any Python proxy on this interpreter spends per call, without even a server framework
     floor             uvicorn and bastion's upstream pool forwarding bytes (``floor_asgi.py``): the floor of a
                       Python proxy on bastion's stack, before it checks, parses or records anything
     bastion-off       bastion with no auth, policy, limits, output validation, sanitizing, pinning or audit
@@ -65,10 +67,11 @@ from loadgen import (
     run_load,
 )
 
-TARGETS = ("direct", "nginx", "floor", "bastion-off", "bastion-defaults", "bastion-full", "fastmcp")
+TARGETS = ("direct", "nginx", "floor-lean", "floor", "bastion-off", "bastion-defaults", "bastion-full", "fastmcp")
 LABELS = {
     "direct": "direct (the upstream alone)",
     "nginx": "nginx reverse proxy, keep-alive upstream",
+    "floor-lean": "floor without uvicorn: a bare protocol and bastion's upstream pool",
     "floor": "floor: uvicorn and bastion's upstream pool forwarding bytes",
     "bastion-off": "bastion, everything off",
     "bastion-defaults": "bastion defaults",
@@ -201,9 +204,10 @@ def start_all(stack: ExitStack, names: Sequence[str], *, upstream: str, cpus: Cp
             proc = stack.enter_context(started(command, cpus=cpus, port=port, log=work / "nginx.err"))
             out.append(Running(name, url, "echo", {"proxy": proc.pid, **base}))
             continue
-        if name == "floor":
-            command = [sys.executable, str(BENCH / "floor_asgi.py"), "--port", str(port), "--upstream", upstream_url]
-            proc = stack.enter_context(started(command, cpus=cpus, port=port, log=work / "floor.err"))
+        if name in ("floor", "floor-lean"):
+            script = "floor_asgi.py" if name == "floor" else "floor_lean.py"
+            command = [sys.executable, str(BENCH / script), "--port", str(port), "--upstream", upstream_url]
+            proc = stack.enter_context(started(command, cpus=cpus, port=port, log=work / f"{name}.err"))
             out.append(Running(name, url, "echo", {"proxy": proc.pid, **base}))
             continue
         if name == "fastmcp":

@@ -1,6 +1,6 @@
 """The side-by-side benchmark runs end to end, in a smoke mode, so that it cannot rot.
 
-Only bastion's three configurations, the Python floor and the direct target, against the bespoke Python upstream
+Only bastion's three configurations, the two Python floors and the direct target, against the bespoke Python upstream
 (nginx, FastMCP and the TypeScript SDK would be installed on first use: not something a test should do), for a
 fraction of a second per run. Nothing here asserts on timing: only that calls were made and answered without
 error, and that the tables have the rows and columns the docs quote. The baseline run compares HEAD with itself
@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 NUMBER = re.compile(r"-?\d+\.\d+")
 FLOOR = "floor: uvicorn and bastion's upstream pool forwarding bytes"
+FLOOR_LEAN = "floor without uvicorn: a bare protocol and bastion's upstream pool"
 
 
 def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -32,7 +33,7 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_sidebyside_runs_bastion_and_direct_at_two_concurrencies() -> None:
     done = run("sidebyside.py", "--upstream", "fast", "--targets",
-               "direct,floor,bastion-off,bastion-defaults,bastion-full",
+               "direct,floor-lean,floor,bastion-off,bastion-defaults,bastion-full",
                "--concurrency", "1,3", "--duration", "0.4", "--warmup", "0.1", "--rounds", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     for line in ("Machine: ", "Commit: ", "Command: python bench/sidebyside.py --upstream fast", "Pinning: "):
@@ -42,7 +43,7 @@ def test_sidebyside_runs_bastion_and_direct_at_two_concurrencies() -> None:
         header, *rows = detail
         assert header[:5] == ["target", "calls/s", "p50 ms", "p99 ms", "proxy CPU ms/call"]
         by_label = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
-        assert list(by_label) == ["direct (the upstream alone)", FLOOR, "bastion, everything off",
+        assert list(by_label) == ["direct (the upstream alone)", FLOOR_LEAN, FLOOR, "bastion, everything off",
                                   "bastion defaults", "bastion full"]
         for label, row in by_label.items():
             assert row["errors"] == "0", label
@@ -51,13 +52,14 @@ def test_sidebyside_runs_bastion_and_direct_at_two_concurrencies() -> None:
         # Only a proxy has proxy CPU; only the full configuration talks to Redis.
         assert by_label["direct (the upstream alone)"]["proxy CPU ms/call"] == "—"
         assert all(NUMBER.fullmatch(by_label[b]["proxy CPU ms/call"])
-                   for b in (FLOOR, "bastion, everything off", "bastion defaults", "bastion full"))
+                   for b in (FLOOR_LEAN, FLOOR, "bastion, everything off", "bastion defaults", "bastion full"))
         assert NUMBER.fullmatch(by_label["bastion full"]["Redis CPU ms/call"])
         assert by_label["bastion defaults"]["Redis CPU ms/call"] == "—"
         # No nginx or FastMCP ran, so there is nothing to compare with.
         assert {row["CPU vs nginx"] for row in by_label.values()} == {"—"}
     assert summary[0][:3] == ["target", "CPU ms/call c=1", "CPU ms/call c=3"]
-    assert [row[0] for row in summary[1:]] == [FLOOR, "bastion, everything off", "bastion defaults", "bastion full"]
+    assert [row[0] for row in summary[1:]] == [FLOOR_LEAN, FLOOR, "bastion, everything off", "bastion defaults",
+                                               "bastion full"]
     for row in summary[1:]:
         assert re.fullmatch(r"\d+\.\d\d(\u2013\d+\.\d\d)?", row[1]), row  # one figure or a range over 2 rounds
     assert "CPU vs baseline" not in c1[0] and "CPU vs baseline c=1" not in summary[0]  # no --baseline, no column
