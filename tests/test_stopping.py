@@ -18,7 +18,7 @@ from bastion.ratelimit.limiter import CapCheck
 from bastion.ratelimit.memory import MemoryLimiter
 from bastion.sessions.store import SessionData
 from bastion.sessions.sweep import SessionSweeper
-from bastion.stopping import cancel_and_wait
+from bastion.stopping import cancel_and_wait, finish
 
 
 class Gate:
@@ -116,6 +116,37 @@ async def test_failures_on_the_way_out_are_retrieved_and_finished_tasks_are_left
     import gc
     gc.collect()
     assert unhandled == []
+
+
+async def test_a_cleanup_through_finish_runs_to_its_end_however_often_the_task_is_cancelled() -> None:
+    steps: list[str] = []
+
+    async def cleanup() -> None:
+        for step in ("eof", "grace", "sigterm"):
+            await asyncio.sleep(0.25)  # each step longer than the helper's interval between requests
+            steps.append(step)
+
+    async def worker() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await finish(cleanup())
+            raise
+
+    task = asyncio.create_task(worker())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        await cancel_and_wait([task])
+    assert steps == ["eof", "grace", "sigterm"]
+    assert task.cancelled()
+
+
+async def test_finish_returns_the_result_when_nothing_cancels() -> None:
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    assert await finish(answer()) == 42
 
 
 async def test_the_calling_task_is_not_waited_for() -> None:

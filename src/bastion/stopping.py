@@ -11,22 +11,29 @@ were lost with it.
 
 ``cancel_and_wait`` makes cancellation level-triggered, as anyio and trio do: it cancels, waits, and cancels again
 every ``_RECANCEL_S`` any task that has not finished, until all have. A task that dropped a cancellation is asked
-again at its next await. A task still cleaning up when asked again has that cleanup cut short; the only cleanups in
-bastion's background tasks (leaving a Redis pub/sub subscription) take well under a millisecond, so only one stalled
-on a dead peer is cut, and shutdown should not wait for that anyway.
+again at its next await.
+
+A task still cleaning up after a cancellation when it is asked again would have that cleanup cut short: a stdio
+upstream cancelled in its handshake, for one, stops the child it spawned (end of input, a grace period, SIGTERM,
+SIGKILL), and cut short it leaves the child running with nobody to stop it. Cleanup whose interruption would leave
+something behind outside the process therefore runs through ``finish``, which carries it to its end whatever
+cancellations arrive meanwhile, then passes the cancellation on. (Closing a socket needs no such care: whatever is
+left of it goes with the process.)
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar
 
-__all__ = ["cancel_and_wait"]
+__all__ = ["cancel_and_wait", "finish"]
 
-# How long a cancelled task gets to finish before it is asked again: long enough that a task finishing normally
-# is asked once, short enough that a dropped request costs shutdown no visible time.
-_RECANCEL_S = 0.05
+T = TypeVar("T")
+
+# How long a cancelled task gets to finish before it is asked again: long enough that a task ending normally is
+# asked once, short enough that a dropped request costs shutdown no noticeable time.
+_RECANCEL_S = 0.2
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
@@ -45,3 +52,19 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
         # Retrieved, so asyncio does not log "exception was never retrieved" for a task that failed on its way out.
         if not task.cancelled():
             task.exception()
+
+
+async def finish(cleanup: Awaitable[T]) -> T:
+    """Await ``cleanup`` to its end even when this task is cancelled meanwhile, once or repeatedly; then raise the
+    (last) cancellation, or return ``cleanup``'s result when none came."""
+    inner = asyncio.ensure_future(cleanup)
+    interrupted: asyncio.CancelledError | None = None
+    while not inner.done():
+        try:
+            # ``wait`` leaves ``inner`` running when this task is cancelled (``await inner`` would cancel it).
+            await asyncio.wait({inner})
+        except asyncio.CancelledError as exc:
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
+    return inner.result()

@@ -115,3 +115,36 @@ async def test_child_environment_is_minimal(tmp_path: Path, monkeypatch: pytest.
     assert "do-not-leak" not in dumped
     assert "('CONFIGURED', 'yes')" in dumped
     assert "'PATH'" in dumped
+
+
+async def test_close_during_a_restart_handshake_still_stops_the_new_child(tmp_path: Path) -> None:
+    """Shutdown cancels the restart in its handshake; the child it spawned is stopped, not left running.
+
+    ``close`` cancels the supervisor's task again and again until it ends (``bastion.stopping``); the handshake's
+    clean-up (EOF, the grace, SIGTERM) must run to its end through those repeated cancellations.
+    """
+    pids = tmp_path / "pids"
+    script = tmp_path / "flaky.py"
+    script.write_text(
+        "import json, os, sys, time\n"
+        f"pids = {str(pids)!r}\n"
+        "first = not os.path.exists(pids)\n"
+        "open(pids, 'a').write(f'{os.getpid()}\\n')\n"
+        "if not first:\n"
+        "    while True:\n        time.sleep(1)  # never answers, never reads stdin: only a signal stops it\n"
+        "rid = json.loads(sys.stdin.readline())['id']\n"
+        'print(\'{"jsonrpc":"2.0","id":\' + str(rid) + \',"result":{"protocolVersion":"2024-11-05","capabilities":{},'
+        '"serverInfo":{"name":"flaky","version":"0"}}}\', flush=True)\n'
+        "sys.stdin.readline()\n"  # notifications/initialized, then a crash
+    )
+    up = StdioUpstream("flaky", [sys.executable, str(script)], shutdown_grace=0.3, backoff_initial=0.01,
+                       era="legacy")
+    await up.start(Inbox())
+    async with asyncio.timeout(10):
+        while len(pids.read_text().split()) < 2:
+            await asyncio.sleep(0.02)
+    restarted = int(pids.read_text().split()[1])
+    await asyncio.sleep(0.1)  # well inside the handshake
+    async with asyncio.timeout(10):
+        await up.close()
+    assert not alive(restarted)

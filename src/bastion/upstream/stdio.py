@@ -25,6 +25,7 @@ import structlog
 from bastion import __version__
 from bastion.errors import UNSUPPORTED_PROTOCOL_VERSION, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
 from bastion.protocol.methods import DISCOVER, INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
+from bastion.stopping import finish
 from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.modern import (
@@ -142,7 +143,8 @@ class StdioUpstream:
             info = await self._handshake()
         except BaseException:
             self._proc = None
-            await self._stop(proc)
+            # To its end even through shutdown's repeated cancellations: cut short, it leaves the child running.
+            await finish(self._stop(proc))
             raise
         modern = info.era == "modern"
         self._calls = ModernCalls(self.name) if modern else None
