@@ -141,6 +141,35 @@ async def test_a_cleanup_through_finish_runs_to_its_end_however_often_the_task_i
     assert task.cancelled()
 
 
+async def test_a_cleanup_that_fails_while_the_task_is_cancelled_leaves_no_unretrieved_exception() -> None:
+    unhandled: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: unhandled.append(context))
+
+    async def cleanup() -> None:
+        await asyncio.sleep(0.05)
+        raise OSError("the child was already gone")
+
+    async def worker() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await finish(cleanup())
+            raise
+
+    task = asyncio.create_task(worker())
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.sleep(0.01)
+    task.cancel()  # a second request while the cleanup runs: the task now reports the cancellation
+    await cancel_and_wait([task])
+    assert task.cancelled()
+    del task  # its cancellation's traceback holds the cleanup's task
+    import gc
+    gc.collect()
+    await asyncio.sleep(0)
+    assert unhandled == []
+
+
 async def test_finish_returns_the_result_when_nothing_cancels() -> None:
     async def answer() -> int:
         await asyncio.sleep(0)

@@ -66,5 +66,7 @@ async def finish(cleanup: Awaitable[T]) -> T:
         except asyncio.CancelledError as exc:
             interrupted = exc
     if interrupted is not None:
+        if not inner.cancelled():
+            inner.exception()  # retrieved: the cancellation is what this task reports now
         raise interrupted
     return inner.result()
