@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
@@ -118,6 +118,15 @@ async def test_failures_on_the_way_out_are_retrieved_and_finished_tasks_are_left
     assert unhandled == []
 
 
+async def cleans_up_when_cancelled(cleanup: Callable[[], Awaitable[None]]) -> None:
+    """Wait to be cancelled, then run ``cleanup`` through ``finish``, as a stdio handshake stops its child."""
+    try:
+        await asyncio.sleep(10)
+    except asyncio.CancelledError:
+        await finish(cleanup())
+        raise
+
+
 async def test_a_cleanup_through_finish_runs_to_its_end_however_often_the_task_is_cancelled() -> None:
     steps: list[str] = []
 
@@ -126,14 +135,7 @@ async def test_a_cleanup_through_finish_runs_to_its_end_however_often_the_task_i
             await asyncio.sleep(0.25)  # each step longer than the helper's interval between requests
             steps.append(step)
 
-    async def worker() -> None:
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            await finish(cleanup())
-            raise
-
-    task = asyncio.create_task(worker())
+    task = asyncio.create_task(cleans_up_when_cancelled(cleanup))
     await asyncio.sleep(0)
     async with asyncio.timeout(5):
         await cancel_and_wait([task])
@@ -149,14 +151,7 @@ async def test_a_cleanup_that_fails_while_the_task_is_cancelled_leaves_no_unretr
         await asyncio.sleep(0.05)
         raise OSError("the child was already gone")
 
-    async def worker() -> None:
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            await finish(cleanup())
-            raise
-
-    task = asyncio.create_task(worker())
+    task = asyncio.create_task(cleans_up_when_cancelled(cleanup))
     await asyncio.sleep(0)
     task.cancel()
     await asyncio.sleep(0.01)
