@@ -84,6 +84,21 @@ async def test_the_front_doors_headers_are_not_scanned_again_for_an_absent_crede
         assert (await authenticator.authenticate(headers)).id == "alice"
 
 
+@pytest.mark.parametrize("first", [ALICE_KEY, BOB_KEY])
+async def test_a_credential_header_presented_twice_is_refused_whichever_comes_first(
+        authenticator: Authenticator, first: str) -> None:
+    """Off the front door (the admin API and console pass starlette's headers), two copies of a credential header
+    must not let the first one decide who the caller is."""
+    second = BOB_KEY if first == ALICE_KEY else ALICE_KEY
+    for name, prefix in ((b"x-api-key", b""), (b"authorization", b"Bearer ")):
+        headers = Headers(raw=[(name, prefix + first.encode()), (name, prefix + second.encode())])
+        with pytest.raises(AuthenticationError) as info:
+            await authenticator.authenticate(headers)
+        assert info.value.status == 401
+        assert info.value.headers["WWW-Authenticate"] == 'Bearer realm="bastion", error="invalid_request"'
+        assert "more than once" in (info.value.log_detail or "")
+
+
 @pytest.fixture
 async def authenticator() -> AsyncIterator[Authenticator]:
     cfg = AuthConfig.from_mapping({"api_keys": [ALICE.to_mapping(), BOB.to_mapping()]}, listen_host="0.0.0.0")

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from bastion.audit.record import http_refused_record
+from bastion.auth.credentials import CREDENTIAL_SOURCES
 from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, Refused
 from bastion.server.checks import (
+    SINGLETON_HEADERS,
     HostCheck,
     check_content_type,
     check_declared_length,
@@ -35,7 +37,16 @@ def refused(fn: Any, *args: Any) -> Refused:
 # -- header shape ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["Authorization", "Mcp-Session-Id", "MCP-Protocol-Version", "Mcp-Method",
+def test_every_header_a_credential_is_read_from_is_a_singleton() -> None:
+    """Built from what the authenticator reads, so a credential source added there is covered here too."""
+    assert CREDENTIAL_SOURCES
+    for name in CREDENTIAL_SOURCES:
+        assert name.encode() in SINGLETON_HEADERS
+        exc = refused(front_headers, [(b"host", b"localhost"), (name.encode(), b"a"), (name.upper().encode(), b"b")])
+        assert (exc.status, exc.reason) == (400, "duplicate_header")
+
+
+@pytest.mark.parametrize("name", ["Authorization", "X-API-Key", "Mcp-Session-Id", "MCP-Protocol-Version", "Mcp-Method",
                                   "Mcp-Name", "Origin", "Host", "Content-Type"])
 def test_a_second_copy_of_a_singleton_header_is_400(name: str) -> None:
     raw = [(b"host", b"localhost"), (name.encode(), b"a"), (name.lower().encode(), b"a")]

@@ -18,6 +18,11 @@ REALM = "bastion"
 # an upstream: bastion authenticates to upstreams with its own, separately configured credentials (MCP forbids
 # token passthrough; a forwarded key would also let any upstream impersonate the caller elsewhere).
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
+# The headers a credential is read from. Each must reach bastion at most once: with two copies, which one is the
+# caller would depend on which copy a reader takes, and a proxy in front may take the other. The front door
+# refuses a second copy before authentication (``server/checks.SINGLETON_HEADERS`` is built from this), and
+# ``extract_credential`` refuses one wherever else headers come from (the admin API and console).
+CREDENTIAL_SOURCES = ("authorization", "x-api-key")
 
 # Generous for any real JWT, small enough that nobody makes bastion base64-decode megabytes per request.
 MAX_CREDENTIAL_LENGTH = 16 * 1024
@@ -98,6 +103,9 @@ def extract_credential(headers: Mapping[str, str], challenge: Challenge) -> Cred
     """
     bearer = _get(headers, "authorization")
     api_key = _get(headers, "x-api-key")
+    for name, value in (("authorization", bearer), ("x-api-key", api_key)):
+        if value is not None and isinstance(headers, Headers) and len(headers.getlist(name)) > 1:
+            raise challenge.malformed(f"{name} presented more than once")
     if bearer is not None and api_key is not None:
         raise challenge.malformed("both Authorization and X-API-Key presented")
     if bearer is not None:

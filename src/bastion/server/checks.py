@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from starlette.datastructures import Headers
 
+from bastion.auth.credentials import CREDENTIAL_SOURCES
 from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, REQUEST_TOO_LARGE, Refused
 from bastion.settings import ListenConfig, is_loopback_host
 
@@ -20,8 +21,9 @@ __all__ = ["FRONT_LINES", "Authority", "FrontHeaders", "FrontLines", "HostCheck"
 # Headers every reader must see exactly once: with two copies, the authenticator, the session lookup, the
 # version check or a proxy in front could each take a different one ("first one wins" in one place, "last one
 # wins" in another). Host: RFC 9112 section 3.2 requires 400 for more than one.
-SINGLETON_HEADERS = frozenset({b"host", b"authorization", b"origin", b"content-type", b"content-length",
-                               b"mcp-session-id", b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
+SINGLETON_HEADERS = frozenset({b"host", b"origin", b"content-type", b"content-length", b"mcp-session-id",
+                               b"mcp-protocol-version", b"mcp-method", b"mcp-name",
+                               *(name.encode("latin-1") for name in CREDENTIAL_SOURCES)})
 # The 2026-07-28 routing headers keep the code the revision gives to header defects.
 _ROUTING_HEADERS = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
 _OWS = b" \t"
