@@ -212,6 +212,7 @@ class McpEndpoint:
             # expects (its request id, -32602), so it can fix and retry; a legacy client reads the 400.
             err = ProtocolError(INVALID_PARAMS, f"Missing Mcp-Session-Id header, or the required _meta field "
                                 f"{PROTOCOL_VERSION_KEY}", http_status=400)
+            await self._responder.audit_refused(principal, msg, err)
             return Answer.error(msg.id, err).response()
         return await self._sessions.serve(request, principal, msg, sse_ok)
 

@@ -102,7 +102,11 @@ class SessionLifecycle:
 
     async def serve(self, request: Request, principal: Principal, msg: jsonrpc.Message, sse_ok: bool) -> Response:
         """One message within the session the request names."""
-        session = await self.find(request, principal)
+        try:
+            session = await self.find(request, principal)
+        except HttpError as exc:
+            await self.responder.audit_refused(principal, msg, exc)
+            raise
         live = self.gw.live.get(session.id)
         if msg.kind != "request":
             return (await self._accept(session, live, msg)).response()
@@ -129,15 +133,18 @@ class SessionLifecycle:
                     doc: strictjson.Document) -> Answer:
         # Batches existed only in 2025-03-26; later revisions (2025-06-18, 2025-11-25, 2026-07-28, which has no
         # sessions at all) send one message per POST.
-        if request.headers.get("mcp-session-id") is None:
-            raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
-                            code=INVALID_REQUEST)
-        session = await self.find(request, principal)
-        if session.protocol_version != BATCH_VERSION:
-            raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
-                            code=INVALID_REQUEST)
-        if not body:
-            raise HttpError(400, "Bad Request: empty batch", code=INVALID_REQUEST)
+        try:
+            session = await self._batch_session(request, principal, body)
+        except HttpError as exc:
+            # Refused whole: each tools/call in it still gets its one record.
+            for item in body:
+                try:
+                    msg = jsonrpc.classify(item, doc.flaw(item))
+                except MessageRejected as rejected:
+                    await self.responder.audit_rejected(principal, item, rejected, cut=doc.cut)
+                    continue
+                await self.responder.audit_refused(principal, msg, exc)
+            raise
         live = self.gw.live.get(session.id)
         scope = self._scope(request, principal, session, live)
         answers: list[Any] = []
@@ -158,6 +165,18 @@ class SessionLifecycle:
         if not answers:
             return Answer.empty(202)
         return Answer(answers)
+
+    async def _batch_session(self, request: Request, principal: Principal, body: list[Any]) -> SessionData:
+        if request.headers.get("mcp-session-id") is None:
+            raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
+                            code=INVALID_REQUEST)
+        session = await self.find(request, principal)
+        if session.protocol_version != BATCH_VERSION:
+            raise HttpError(400, "Bad Request: JSON-RPC batches are only allowed in 2025-03-26 sessions",
+                            code=INVALID_REQUEST)
+        if not body:
+            raise HttpError(400, "Bad Request: empty batch", code=INVALID_REQUEST)
+        return session
 
     # -- GET and DELETE -------------------------------------------------------------------------------------
 

@@ -61,9 +61,14 @@ class ModernDoor:
 
     async def serve(self, request: Request, principal: Principal, msg: jsonrpc.Message, meta: dict[str, Any],
                     sse_ok: bool) -> Response:
-        admitted = self._admit(request, principal, msg, meta, self.responder.emitter("modern", msg, None, sse_ok))
-        if isinstance(admitted, Answer):
-            return admitted.response()
+        try:
+            admitted = self._admit(request, principal, msg, meta,
+                                   self.responder.emitter("modern", msg, None, sse_ok))
+        except ProtocolError as exc:
+            await self.responder.audit_refused(principal, msg, exc)
+            return Answer.error(msg.id, exc).response()
+        if admitted is None:
+            return Answer.empty(202).response()
         if msg.method == LISTEN:
             try:
                 return await self._listen(admitted, msg, sse_ok)
@@ -75,30 +80,30 @@ class ModernDoor:
         return await self.responder.respond(admitted, msg, None, sse_ok)
 
     def _admit(self, request: Request, principal: Principal, msg: jsonrpc.Message,
-               meta: Mapping[str, Any], emitter: Emitter) -> Scope | Answer:
-        """The request's ``Scope``, or the answer that ends it here (a refusal, or 202 for a notification)."""
+               meta: Mapping[str, Any], emitter: Emitter) -> Scope | None:
+        """The request's ``Scope``, or ``None`` for a notification (202). A refusal raises ``ProtocolError``, so
+        ``serve`` answers and audits every one of them in one place."""
         version = meta.get(PROTOCOL_VERSION_KEY)
         caps = meta.get(CLIENT_CAPABILITIES_KEY)
         if not isinstance(caps, dict):
-            return Answer.error(msg.id, ProtocolError(
-                INVALID_PARAMS, f"Missing required _meta field {CLIENT_CAPABILITIES_KEY}", http_status=400))
+            raise ProtocolError(INVALID_PARAMS, f"Missing required _meta field {CLIENT_CAPABILITIES_KEY}",
+                                http_status=400)
         if msg.kind == "request":
             try:
                 check_request_headers(((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw),
                                       version, msg.method, msg.params, self._input_schema(principal, msg))
             except ProtocolError as exc:
                 log.info("request.header_mismatch", method=msg.method[:100], reason=exc.message)
-                return Answer.error(msg.id, exc)
+                raise
         if version not in MODERN_VERSIONS:
-            return Answer.error(msg.id, ProtocolError(
-                UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version: {version}",
-                data={"supported": list(SUPPORTED_VERSIONS), "requested": version}, http_status=400))
+            raise ProtocolError(UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version: {version}",
+                                data={"supported": list(SUPPORTED_VERSIONS), "requested": version}, http_status=400)
         if msg.kind != "request":
-            return Answer.empty(202)
+            return None
         info = jsonrpc.obj(meta.get(CLIENT_INFO_KEY)) or None
         level = meta.get(LOG_LEVEL_KEY)
         if level is not None and level not in LOG_LEVELS:
-            return Answer.error(msg.id, ProtocolError(INVALID_PARAMS, "Invalid log level", http_status=400))
+            raise ProtocolError(INVALID_PARAMS, "Invalid log level", http_status=400)
         return Scope(principal=principal, era="modern", protocol_version=str(version), client_capabilities=caps,
                      client_info=info, emitter=emitter, log_level=level if isinstance(level, str) else None,
                      traceparent=request.headers.get("traceparent"), tracestate=request.headers.get("tracestate"))

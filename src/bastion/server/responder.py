@@ -136,6 +136,20 @@ class Responder:
             scope = scope._replace(emitter=emitter)
         return CallResponse(self, scope, msg, live, emitter.outbox)
 
+    async def audit_refused(self, principal: Principal, msg: jsonrpc.Message, exc: RequestError) -> None:
+        """A tools/call the front door refused after reading it and before the dispatcher saw it (the envelope or
+        headers its revision refuses, a missing, unknown or foreign session) is still a call: it gets its one
+        audit record, at stage ``parse``. Every answer from the dispatcher on is recorded there instead. Its era
+        is read from the body, its session is not recorded (not verified)."""
+        if msg.kind != "request" or msg.method != TOOLS_CALL:
+            return
+        name = msg.params.get("name")
+        meta = jsonrpc.obj(msg.params.get("_meta"))
+        await self.gw.audit_refused_call(
+            principal, name if isinstance(name, str) else "", msg.params.get("arguments"),
+            era="modern" if PROTOCOL_VERSION_KEY in meta else "legacy", session_id=None, client_info=None,
+            request_id=msg.id, stage="parse", outcome="invalid_input", reason=exc.message, error=exc)
+
     async def audit_rejected(self, principal: Principal, body: Any, exc: MessageRejected, *,
                              cut: bool = False) -> None:
         """A tools/call the parser refused (arguments too deep, unrepresentable values) is still a call: it gets
