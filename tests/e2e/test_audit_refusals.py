@@ -26,14 +26,29 @@ from tests.support.rpc import ACCEPT, RpcClient
 ALICE = "bst_alice_" + "r" * 40
 BOB = "bst_bob_" + "s" * 40
 V = "2026-07-28"
+POLICY = """\
+version: 1
+rules:
+  - id: alice-all
+    effect: allow
+    principals: {ids: [alice]}
+    upstreams: [basic]
+  - id: bob-echo
+    effect: allow
+    principals: {ids: [bob]}
+    tools: [basic__echo]
+"""
 
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     workdir: Path = tmp_path_factory.mktemp("refusals")
+    (workdir / "policies").mkdir()
+    (workdir / "policies" / "p.yaml").write_text(POLICY)
     gw = GatewayProcess({
         "auth": {"api_keys": [{"id": "alice", "hash": hash_key(ALICE)}, {"id": "bob", "hash": hash_key(BOB)}]},
         "upstreams": {"basic": stdio_upstream()},
+        "policies": str(workdir / "policies"),
         "audit": {"sinks": [{"file": str(workdir / "audit.jsonl")}]},
     }, workdir).start()
     gw.audit_file = workdir / "audit.jsonl"  # type: ignore[attr-defined]
@@ -157,3 +172,42 @@ def test_a_refused_request_that_is_not_a_call_writes_no_call_record(gw: GatewayP
     time.sleep(0.2)
     after = sum(1 for r in map(json.loads, path.read_text().splitlines()) if r["event"] == "tool.call")
     assert after == before
+
+
+@pytest.mark.parametrize("modern", [True, False])
+def test_a_request_state_for_a_hidden_tool_answers_as_for_an_unknown_one(gw: GatewayProcess, modern: bool) -> None:
+    """The requestState check needs the tool's upstream; run before the policy, it told bob which hidden tools
+    exist. Now a hidden tool and an unknown one get the same answer, and each call one denied record."""
+    client = None if modern else RpcClient(gw.url, {"Authorization": f"Bearer {BOB}"})
+    answers = {}
+    try:
+        if client is not None:
+            client.initialize()
+        for tool in ("basic__add", "basic__no_such_tool"):
+            arguments = {"probe": f"{tool} {modern}"}
+            body = call_body(arguments, modern_meta() if modern else None)
+            body["params"] = {**body["params"], "name": tool, "requestState": "bastion.rs1.forged"}
+            headers = routing(name=tool) if modern else {"Mcp-Session-Id": str(client and client.session_id),
+                                                          "MCP-Protocol-Version": "2025-11-25"}
+            response = post(gw, body, headers, key=BOB)
+            answers[tool] = (response.status_code, json.dumps(response.json().get("error")).replace(tool, "T"))
+            records = records_for(gw, arguments)
+            assert len(records) == 1, records
+            assert (records[0]["decision"], records[0]["outcome"]) == ("deny", "denied")
+    finally:
+        if client is not None:
+            client.close()
+    assert answers["basic__add"] == answers["basic__no_such_tool"]
+    assert "Unknown tool" in answers["basic__add"][1]
+
+
+def test_a_forged_request_state_for_a_visible_tool_is_refused_and_recorded_as_denied(gw: GatewayProcess) -> None:
+    arguments = {"message": "forged state"}
+    body = call_body(arguments, modern_meta())
+    body["params"] = {**body["params"], "requestState": "bastion.rs1.forged"}
+    response = post(gw, body, routing(), key=BOB)
+    assert response.status_code == 400
+    assert "Invalid requestState" in response.json()["error"]["message"]
+    records = records_for(gw, arguments)
+    assert len(records) == 1
+    assert (records[0]["decision"], records[0]["outcome"], records[0]["stage"]) == ("deny", "denied", "resolve")

@@ -221,6 +221,16 @@ class Dispatcher:
             client_id=rid, ask_client=asker(scope),
         )
         progress_token = meta.get("progressToken")
+        if "requestState" in params and not self.gw.access.tool_visible(scope.principal, entry):
+            # A tool this caller may not see answers exactly as an unknown one does, and the requestState check
+            # below would tell the two apart (it needs the tool's upstream): the check runs for visible tools only.
+            # A plain call to a hidden tool gets the same answer from the policy guard.
+            await self.gw.audit_refused_call(scope.principal, entry, arguments, era=scope.era,
+                                             session_id=session_id, client_info=scope.client_info,
+                                             request_id=rid, stage="resolve", outcome="denied",
+                                             reason="tool not visible to the caller", error=UnknownTool(name),
+                                             traceparent=ctx.traceparent)
+            raise UnknownTool(name)
         try:
             trip = self.rounds.open(scope, m.TOOLS_CALL, name, params, entry.upstream)
         except ProtocolError as exc:

@@ -25,11 +25,12 @@ import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from bastion.errors import InvalidParams
+from bastion.outcome import Outcome
 from bastion.settings import StateConfig
 
 __all__ = ["ROUND_FIELDS", "InvalidRequestState", "RoundTrip", "StateConfig", "StateSealer", "request_digest"]
@@ -41,7 +42,10 @@ ROUND_FIELDS = frozenset({"_meta", "inputResponses", "requestState"})
 
 
 class InvalidRequestState(InvalidParams):
-    """A retry's ``requestState`` cannot be honoured. The message says which check failed, never the secret."""
+    """A retry's ``requestState`` cannot be honoured. The message says which check failed, never the secret.
+    A call refused for it is recorded as denied (docs/audit.md), not as an internal error."""
+
+    outcome: ClassVar[Outcome | None] = "denied"
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"Invalid requestState: {reason}; start the request again without it",
