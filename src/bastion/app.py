@@ -48,7 +48,7 @@ def _routes(parts: Components) -> list[Route]:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        checks: dict[str, Any] = {"upstreams": pool.health(), "upstream_health": monitor.snapshot(),
+        checks: dict[str, Any] = {"upstreams": pool.health(), "upstream_health": monitor.snapshot(public=True),
                                   "catalogue": gateway.view.catalogue.version or None}
         # Ready once some upstream answers and a catalogue was published from it (a view step that failed at
         # start-up leaves none, and serving an empty catalogue would look healthy while being useless).

@@ -35,6 +35,30 @@ def test_failures_degrade_then_bring_it_down_and_one_answer_brings_it_back() -> 
     assert m.succeeded(h, 11.0) is h  # nothing changes, nothing allocated
 
 
+def test_the_public_reason_carries_no_upstream_text() -> None:
+    """``/readyz`` answers anyone: a reason built from an upstream's error body, version string or message is
+    reduced to bastion's own words, whatever the transition that recorded it."""
+    secret = "db password=Xk9mQ2vL8pR4tZ7w AKIAIOSFODNN7EXAMPLE"
+    up = m.connected(m.initial(0.0), 1.0)
+    assert m.public_reason(up) == "connected"
+    assert m.public_reason(m.initial(0.0)) == "not connected yet"
+    assert m.public_reason(m.succeeded(m.failed(up, 2.0, "x", failures_to_down=1), 3.0)) == "answering"
+    cases = [
+        (m.failed(up, 2.0, f"probe failed: HTTP 500: b'{secret}'", failures_to_down=1), "probe failed"),
+        (m.failed(up, 2.0, f"list refresh failed: {secret}", failures_to_down=1), "list refresh failed"),
+        (m.failed(up, 2.0, f"HTTP 502: b'{secret}'", failures_to_down=3), "call failed"),
+        (m.failed(up, 2.0, f"HTTP 502: b'{secret}'", failures_to_down=1), "unavailable"),
+        (m.disconnected(up, 2.0, f"upstream answered initialize with version {secret!r}"), "unavailable"),
+        (m.restarting(up, 2.0, f"stream ended: {secret}"), "restarting"),
+        (m.restarting(up, 2.0, "stdout closed; exit code -9"), "restarting: exit code -9"),
+        (m.restarting(up, 2.0, f"{secret}; exit code 3"), "restarting: exit code 3"),
+        (m.failed(up, 2.0, f"probe failed{secret}", failures_to_down=1), "unavailable"),
+    ]
+    for health, public in cases:
+        assert m.public_reason(health) == public, health.reason
+        assert "Xk9m" not in m.public_reason(health)
+
+
 def test_a_success_between_failures_resets_the_count() -> None:
     h = m.connected(m.initial(0.0), 0.0)
     h = m.failed(h, 1.0, "x", failures_to_down=2)

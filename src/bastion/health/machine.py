@@ -18,11 +18,12 @@ state changes, so "down since 12:03" stays true while the reasons of later failu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
-__all__ = ["Health", "HealthState", "connected", "disconnected", "failed", "hidden", "initial", "refuses_calls",
-           "restarting", "succeeded"]
+__all__ = ["Health", "HealthState", "connected", "disconnected", "failed", "hidden", "initial", "public_reason",
+           "refuses_calls", "restarting", "succeeded"]
 
 HealthState = Literal["up", "degraded", "down", "restarting"]
 
@@ -81,6 +82,28 @@ def disconnected(health: Health, at: float, reason: str) -> Health:
 
 def restarting(health: Health, at: float, reason: str) -> Health:
     return _to(health, "restarting", reason, at, health.failures)
+
+
+# The reasons, or leading parts of reasons, that are bastion's own words. A reason is mostly built from the error
+# that caused it, and an error's detail can carry what the upstream sent (an HTTP error body, a version string, an
+# error message, a URL), which must not reach an unauthenticated reader.
+_OWN_REASONS = ("answering", "connected", "not connected yet", "probe failed", "list refresh failed")
+_EXIT_CODE = re.compile(r"; exit code (-?[0-9]{1,4})$")
+_STATE_REASONS: dict[HealthState, str] = {"up": "answering", "degraded": "call failed", "down": "unavailable",
+                                          "restarting": "restarting"}
+
+
+def public_reason(health: Health) -> str:
+    """The reason as ``/readyz`` publishes it: only bastion's own words (an allowlist: a reason not known to be
+    free of upstream text is reduced to its state's word). The whole reason goes to the log and the console."""
+    reason = health.reason
+    for own in _OWN_REASONS:
+        if reason == own or reason.startswith(own + ":"):
+            return own
+    word = _STATE_REASONS[health.state]
+    exited = _EXIT_CODE.search(reason)
+    # A stdio child's exit code is the operating system's number, and the first thing an operator asks for.
+    return f"{word}: exit code {exited.group(1)}" if exited else word
 
 
 def refuses_calls(health: Health) -> bool:

@@ -84,13 +84,15 @@ class HealthMonitor:
     def hidden(self) -> frozenset[str]:
         return self._hidden
 
-    def snapshot(self) -> dict[str, dict[str, Any]]:
-        """Per upstream: state, reason, since (UTC, ISO 8601), seconds in this state, tools hidden or not."""
+    def snapshot(self, *, public: bool = False) -> dict[str, dict[str, Any]]:
+        """Per upstream: state, reason, since (UTC, ISO 8601), seconds in this state, tools hidden or not.
+        ``public``: for readers who did not authenticate (``/readyz``), the reason in bastion's own words only
+        (``machine.public_reason``)."""
         now, wall = self._clock(), time.time()
         out: dict[str, dict[str, Any]] = {}
         for name, h in self._health.items():
             age = max(0.0, now - h.since)
-            out[name] = {"state": h.state, "reason": h.reason,
+            out[name] = {"state": h.state, "reason": m.public_reason(h) if public else h.reason,
                          "since": datetime.fromtimestamp(wall - age, UTC).isoformat(timespec="milliseconds"),
                          "for_s": round(age, 3), "tools_hidden": name in self._hidden}
         return out
