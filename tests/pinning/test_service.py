@@ -16,6 +16,7 @@ from bastion.pinning import (
     PinNotFound,
     fingerprint,
 )
+from bastion.pinning.view_step import quarantine_reason
 from tests.pinning.tools import POISONED, list_dir, read_file
 
 
@@ -149,3 +150,18 @@ async def test_disabled_pinning_touches_nothing(tmp_path: Path) -> None:
     outcome = await pinning.reconcile("files", [read_file()])
     assert (outcome.quarantined, outcome.events) == (frozenset(), ())
     assert not (tmp_path / "pins.json").exists()
+
+
+async def test_each_quarantine_names_the_decision_that_made_it(tmp_path: Path) -> None:
+    """A tool listed twice with different definitions was quarantined as pin drift, though nothing was pinned:
+    the reason sent operators looking for an approval that did not exist."""
+    pinning = make(tmp_path)
+    first = await pinning.reconcile("fs", [read_file(), list_dir()])
+    assert not first.quarantined
+    duplicated = await pinning.reconcile("fs", [read_file(), list_dir(), {**list_dir(), "description": "other"}])
+    assert duplicated.quarantined == {"list_dir"}
+    assert "more than once" in quarantine_reason(duplicated, "list_dir")
+    assert "pinned" not in quarantine_reason(duplicated, "list_dir")
+    changed = await pinning.reconcile("fs", [{**read_file(), "description": POISONED}, list_dir()])
+    assert changed.quarantined == {"read_file"}
+    assert quarantine_reason(changed, "read_file") == "definition changed since it was pinned; awaiting approval"

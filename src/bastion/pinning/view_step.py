@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from bastion.audit.events import AuditEvents
 from bastion.catalogue import UpstreamLists
-from bastion.pinning.service import Pinning
+from bastion.pinning.decide import Decision
+from bastion.pinning.service import Pinning, PinOutcome
 from bastion.refresh_gate import RefreshRequests
 from bastion.view import View
 
@@ -48,8 +49,7 @@ class PinTools:
             for tool in outcome.quarantined:
                 public = by_original.get((name, tool))
                 if public is not None:
-                    quarantined[public] = "definition changed since it was pinned; awaiting approval" \
-                        if not outcome.degraded else "pin store unavailable; definition not verified"
+                    quarantined[public] = quarantine_reason(outcome, tool)
             # The pinning service logs every event itself; drift also belongs in the audit log.
             for event in outcome.events:
                 if event.event == "pin.drift":
@@ -58,6 +58,21 @@ class PinTools:
                         observed=event.new_fingerprint,
                         action="blocked" if event.action == "quarantined" else "warned")
         return replace(view, quarantined=quarantined)
+
+
+# Why a decision quarantines a tool, in the words its callers and its audit records get. Every quarantining
+# decision has its own: a reason that names another decision sends an operator looking for what is not there.
+_REASONS: dict[Decision, str] = {
+    "duplicate": "the upstream lists this tool more than once, with different definitions",
+}
+_CHANGED = "definition changed since it was pinned; awaiting approval"
+
+
+def quarantine_reason(outcome: PinOutcome, tool: str) -> str:
+    if outcome.degraded:
+        return "pin store unavailable; definition not verified"
+    decision = outcome.decisions.get(tool) if outcome.decisions is not None else None
+    return _REASONS.get(decision, _CHANGED) if decision is not None else _CHANGED  # (only "changed" is left)
 
 
 class PinRecheck:
