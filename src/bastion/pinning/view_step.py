@@ -71,8 +71,8 @@ _CHANGED = "definition changed since it was pinned; awaiting approval"
 def quarantine_reason(outcome: PinOutcome, tool: str) -> str:
     if outcome.degraded:
         return "pin store unavailable; definition not verified"
-    decision = outcome.decisions.get(tool) if outcome.decisions is not None else None
-    return _REASONS.get(decision, _CHANGED) if decision is not None else _CHANGED  # (only "changed" is left)
+    decisions = outcome.decisions or {}
+    return _REASONS.get(decisions[tool], _CHANGED) if tool in decisions else _CHANGED
 
 
 class PinRecheck:
