@@ -31,6 +31,7 @@ from bastion import jsonrpc, strictjson
 from bastion.errors import INVALID_REQUEST, HttpError, MessageRejected, ProtocolError
 from bastion.gateway import Gateway
 from bastion.principal import Principal
+from bastion.protocol.capabilities import checked_capabilities
 from bastion.protocol.messages import InitializeParams
 from bastion.protocol.methods import CANCELLED, INITIALIZE, INITIALIZED, list_changed
 from bastion.protocol.versions import BATCH_VERSION, HANDSHAKE_VERSIONS
@@ -86,11 +87,17 @@ class SessionLifecycle:
     async def initialize(self, principal: Principal, msg: jsonrpc.Message) -> Answer:
         params = cast(InitializeParams, msg.params)
         version = negotiate(params.get("protocolVersion"))
-        caps = jsonrpc.obj(params.get("capabilities"))
+        try:
+            # Absent capabilities are no capabilities (clients older than the schema's requirement omit them);
+            # present ones are what every later request of the session is judged and forwarded by.
+            caps = checked_capabilities(params.get("capabilities", {}), "capabilities")
+        except ProtocolError as exc:
+            return Answer.error(msg.id, exc)
         info = jsonrpc.obj(params.get("clientInfo"))
         data = SessionData(id=new_session_id(), principal_id=principal.id, protocol_version=version,
                            client_capabilities=caps,
-                           client_info={k: info[k] for k in ("name", "version", "title") if k in info},
+                           client_info={k: info[k] for k in ("name", "version", "title")
+                                        if isinstance(info.get(k), str)},
                            created_at=time.time())
         await self.gw.store.create(data)
         if self.on_session is not None:

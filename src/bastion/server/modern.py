@@ -27,6 +27,7 @@ from bastion import jsonrpc
 from bastion.errors import INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION, HttpError, ProtocolError
 from bastion.gateway import Gateway
 from bastion.principal import Principal
+from bastion.protocol.capabilities import checked_capabilities
 from bastion.protocol.messages import ListenParams
 from bastion.protocol.meta import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, LOG_LEVEL_KEY, PROTOCOL_VERSION_KEY
 from bastion.protocol.methods import ACKNOWLEDGED, LISTEN, LOG_LEVELS, TOOLS_CALL
@@ -85,9 +86,10 @@ class ModernDoor:
         ``serve`` answers and audits every one of them in one place."""
         version = meta.get(PROTOCOL_VERSION_KEY)
         caps = meta.get(CLIENT_CAPABILITIES_KEY)
-        if not isinstance(caps, dict):
+        if caps is None:
             raise ProtocolError(INVALID_PARAMS, f"Missing required _meta field {CLIENT_CAPABILITIES_KEY}",
                                 http_status=400)
+        caps = checked_capabilities(caps, f"_meta.{CLIENT_CAPABILITIES_KEY}", http_status=400)
         if msg.kind == "request":
             try:
                 check_request_headers(((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw),
