@@ -42,7 +42,9 @@ class GatewayProcess:
         self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         self.stdout_path = workdir / f"bastion-{self.port}.out"
         self.stderr_path = workdir / f"bastion-{self.port}.err"
-        self.env = {**os.environ, "PYTHONPATH": str(REPO), "BASTION_LOG_FORMAT": "json", **(env or {})}
+        # The checkout's own src first: the installed (editable) bastion may be another checkout's.
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO / "src"), str(REPO))),
+                    "BASTION_LOG_FORMAT": "json", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
