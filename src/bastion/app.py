@@ -24,6 +24,7 @@ from bastion.approvals.http import approval_routes
 from bastion.assembly import Components, build
 from bastion.auth import metadata_paths, protected_resource_metadata
 from bastion.server.asgi import GatewayApp
+from bastion.server.checks import HostGuard
 from bastion.sessions.sweep import IndexedRedisSessions
 from bastion.settings import Settings
 from bastion.stopping import cancel_and_wait
@@ -33,8 +34,10 @@ log = structlog.get_logger("bastion.app")
 
 def create_app(settings: Settings) -> Starlette:
     parts = build(settings)
+    # Every request on the listener, whatever its path, passes the Host check once, before routing.
     app = GatewayApp(routes=_routes(parts), lifespan=_lifespan(parts), mcp_path=settings.listen.path,
-                     mcp_endpoint=parts.endpoint)
+                     mcp_endpoint=parts.endpoint, host_guard=HostGuard(settings.listen),
+                     on_refused=parts.endpoint.on_refused)
     app.state.bastion = parts
     return app
 

@@ -188,3 +188,48 @@ async def test_a_client_that_leaves_during_a_call_still_gets_its_audit_record(gw
     assert records[-1]["tool"]["name"] == "basic__slow"
     assert "Traceback" not in gw.stderr()
     client.close()
+
+
+async def test_dns_rebinding_protection_covers_every_path_and_the_absolute_form_target(gw: GatewayProcess) -> None:
+    """Over a real socket, through bastion's own HTTP protocol: a foreign Host is 421 on every path (not only the
+    MCP one), and an absolute-form target's authority is what is judged, whatever Host says (RFC 9112 3.2.2)."""
+    ping = body("ping")
+    loopback = f"127.0.0.1:{gw.port}"
+    foreign = "rebind.attacker.example"
+    before = refusals(gw).get("host", 0)
+    refused = [
+        build("GET", "/readyz", [("Host", foreign), ("Connection", "close")]),
+        build("GET", "/metrics", [("Host", foreign), ("Connection", "close")]),
+        build("GET", "/healthz", [("Host", f"{foreign}:{gw.port}"), ("Connection", "close")]),
+        build("POST", "/mcp/", [("Host", foreign), ("Content-Type", "application/json"), ("Connection", "close")],
+              ping),
+        build("POST", f"http://{foreign}/mcp", json_post(ping), ping),  # Host: 127.0.0.1
+        build("GET", f"http://{foreign}:{gw.port}/readyz", [("Host", loopback), ("Connection", "close")]),
+    ]
+    for raw in refused:
+        response = await exchange(gw.port, raw)
+        assert response.status == 421, (raw[:60], response)
+        assert response.header("location") is None
+        assert response.json()["error"]["message"] == "Misdirected Request: Host not allowed"
+    # A target split across packets is judged whole.
+    split = build("POST", f"http://{foreign}/mcp", json_post(ping), ping)
+    response = await exchange(gw.port, split[:20], split[20:], pause=0.1)
+    assert response.status == 421
+    assert refusals(gw).get("host", 0) - before == len(refused) + 1
+
+    params = {"_meta": {"io.modelcontextprotocol/protocolVersion": V,
+                        "io.modelcontextprotocol/clientCapabilities": {}}}
+    modern = body("tools/list", params)
+    routing = list(request_headers("tools/list", params, V, None).items())
+    served = await exchange(gw.port, build("POST", f"http://{loopback}/mcp",
+                                           [("Host", foreign), *json_post(modern)[1:], *routing], modern))
+    assert served.status == 200, served
+    assert "basic__echo" in {tool["name"] for tool in served.json()["result"]["tools"]}
+    ready = await exchange(gw.port, build("GET", f"http://{loopback}/readyz", [("Host", foreign),
+                                                                             ("Connection", "close")]))
+    assert ready.status == 200
+    assert ready.json()["status"] == "ready"
+    for path in ("/readyz", "/healthz"):
+        response = await exchange(gw.port, build("GET", path, [("Host", loopback), ("Connection", "close")]))
+        assert response.status == 200, path
+    assert "Traceback" not in gw.stderr()

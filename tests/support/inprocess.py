@@ -30,6 +30,7 @@ MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 class FrontDoor:
     client: httpx.AsyncClient
     audit_path: Path
+    app: Any = None  # the Starlette application behind the client
 
     async def post(self, body: bytes | Any, headers: dict[str, str] | None = None) -> httpx.Response:
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -68,4 +69,4 @@ async def front_door(workdir: Path, **config: Any) -> AsyncIterator[FrontDoor]:
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8080", timeout=30) as client:
-            yield FrontDoor(client, audit)
+            yield FrontDoor(client, audit, app)

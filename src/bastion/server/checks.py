@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any, NamedTuple
 
 from starlette.datastructures import Headers
@@ -14,9 +14,9 @@ from bastion.auth.credentials import CREDENTIAL_SOURCES
 from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, REQUEST_TOO_LARGE, Refused
 from bastion.settings import ListenConfig, is_loopback_host
 
-__all__ = ["FRONT_LINES", "Authority", "FrontHeaders", "FrontLines", "HostCheck", "accepts", "check_content_type",
-           "check_declared_length", "check_host", "check_origin", "front_headers", "front_lines", "parse_authority",
-           "parse_origin"]
+__all__ = ["FRONT_LINES", "Authority", "FrontHeaders", "FrontLines", "HostCheck", "HostGuard", "accepts",
+           "check_content_type", "check_declared_length", "check_host", "check_origin", "front_headers", "front_lines",
+           "parse_authority", "parse_origin", "target_authority"]
 
 # Headers every reader must see exactly once: with two copies, the authenticator, the session lookup, the
 # version check or a proxy in front could each take a different one ("first one wins" in one place, "last one
@@ -49,14 +49,19 @@ class FrontLines:
 
     bastion's own HTTP protocol (``server/protocol.py``) fills one while it parses the head, so the MCP endpoint
     does not walk the headers again; under another server, ``front_headers`` builds it from the ASGI scope.
+
+    ``target`` is the request target when it is not in origin-form (``/path``): an absolute-form target
+    (``http://host/path``), whose authority the Host check judges instead of ``Host`` (RFC 9112 section 3.2.2), or
+    the asterisk-form ``*``. Only bastion's protocol sees the raw target; the ASGI scope keeps the path alone.
     """
 
-    __slots__ = ("duplicate", "first", "lines")
+    __slots__ = ("duplicate", "first", "lines", "target")
 
     def __init__(self) -> None:
         self.lines: list[tuple[bytes, bytes]] = []
         self.first: dict[bytes, bytes] = {}
         self.duplicate: bytes | None = None
+        self.target: bytes | None = None
 
     def add(self, key: bytes, value: bytes) -> None:
         """One header line; ``key`` in lower case."""
@@ -76,6 +81,12 @@ class FrontLines:
                           code=HEADER_MISMATCH if key in _ROUTING_HEADERS else INVALID_REQUEST,
                           log_detail=f"header={shown}")
         return self.lines
+
+    def replace(self, key: bytes, value: bytes) -> None:
+        """Every line named ``key`` (lower case) now carries ``value``."""
+        self.lines = [(k, value if k == key else v) for k, v in self.lines]
+        if key in self.first:
+            self.first[key] = value
 
 
 def front_lines(raw: Iterable[tuple[bytes, bytes]]) -> FrontLines:
@@ -204,14 +215,16 @@ def check_origin(origin: str | None, listen: ListenConfig) -> None:
     raise Refused(403, "Forbidden: Origin not allowed", reason="origin", log_detail=f"origin={origin[:200]}")
 
 
-def check_host(host: str | None, listen: ListenConfig) -> None:
+def check_host(host: str | None, listen: ListenConfig, what: str = "Host header") -> None:
     """``Host`` is required and must be a well-formed authority (RFC 9112 section 3.2: 400 otherwise). A loopback
-    listener answers only to loopback names plus configured ones, which defeats DNS rebinding (421)."""
+    listener answers only to loopback names plus configured ones, which defeats DNS rebinding (421).
+
+    ``what`` names the authority's source in the answer: the ``Host`` header, or an absolute-form target."""
     if not host:
-        raise Refused(400, "Bad Request: missing Host header", reason="host", log_detail="host=")
+        raise Refused(400, f"Bad Request: missing {what}", reason="host", log_detail="host=")
     authority = parse_authority(host)
     if authority is None:
-        raise Refused(400, "Bad Request: invalid Host header", reason="host", log_detail=f"host={host[:200]}")
+        raise Refused(400, f"Bad Request: invalid {what}", reason="host", log_detail=f"host={host[:200]}")
     if not listen.is_loopback:
         return
     name = authority.host.rstrip(".")
@@ -236,12 +249,75 @@ class HostCheck:
         self._size = size
         self._accepted: set[str] = set()
 
-    def __call__(self, host: str | None) -> None:
+    def __call__(self, host: str | None, what: str = "Host header") -> None:
         if host in self._accepted:
             return
-        check_host(host, self._listen)
+        check_host(host, self._listen, what)
         if host and len(self._accepted) < self._size:  # (check_host refused an empty or missing one)
             self._accepted.add(host)
+
+
+def target_authority(target: bytes) -> str | None:
+    """The authority of an absolute-form request target (``http://host[:port]/path?query``), as ``Host`` would carry
+    it (possibly empty or malformed, for ``check_host`` to judge); ``None`` when the target has no ``http`` or
+    ``https`` scheme."""
+    text = target.decode("latin-1")
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme.lower() not in _DEFAULT_PORTS:
+        return None
+    end = len(rest)
+    for mark in "/?#":
+        at = rest.find(mark, 0, end)
+        if at >= 0:
+            end = at
+    return rest[:end]
+
+
+class HostGuard:
+    """The listener's Host check over an ASGI scope: run once per request, before routing, for every path and
+    method (``server/asgi.py``), so no route, 404 or redirect answers a name the listener does not answer to.
+
+    The authority judged is the ``Host`` header's, or, when bastion's protocol saw an absolute-form target, the
+    target's: RFC 9112 section 3.2.2 makes the target's authority the one that counts, and the accepted authority
+    then replaces ``Host`` in the scope, so what runs after (a redirect's ``Location``, say) sees that one. A
+    ``Host`` header is still required, once (400 otherwise). Raises ``Refused`` (400 or 421); a header that every
+    reader must see once but came twice is refused first (400), as the MCP endpoint would, so the order of
+    checks is the endpoint's own.
+
+    An origin-form request costs a dict lookup and ``HostCheck``'s remembered answer.
+    """
+
+    __slots__ = ("_check",)
+
+    def __init__(self, listen: ListenConfig) -> None:
+        self._check = HostCheck(listen)
+
+    def __call__(self, scope: MutableMapping[str, Any]) -> None:
+        lines: FrontLines | None = scope.get(FRONT_LINES)
+        if lines is None:  # not bastion's own protocol: gathered here, and kept for the MCP endpoint
+            lines = scope[FRONT_LINES] = front_lines(scope["headers"])
+        if lines.duplicate is not None:
+            lines.checked()
+        host = lines.first.get(b"host")
+        target = lines.target
+        if target is None or target == b"*":
+            self._check(None if host is None else host.decode("latin-1"))
+            return
+        self._absolute(scope, lines, target, host)
+
+    def _absolute(self, scope: MutableMapping[str, Any], lines: FrontLines, target: bytes,
+                  host: bytes | None) -> None:
+        if not host:
+            raise Refused(400, "Bad Request: missing Host header", reason="host", log_detail="host=")
+        authority = target_authority(target)
+        if authority is None:
+            shown = target[:200].decode("latin-1")
+            raise Refused(400, "Bad Request: invalid request target", reason="host", log_detail=f"target={shown}")
+        self._check(authority, "request target authority")
+        value = authority.encode("latin-1")
+        if value != host:
+            lines.replace(b"host", value)
+            scope["headers"] = [(k, value if k == b"host" else v) for k, v in scope["headers"]]
 
 
 def check_content_type(value: str | None) -> None:

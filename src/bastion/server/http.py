@@ -7,7 +7,9 @@ Order of checks on every request, and why:
 1. Header shape: a second copy of a header every reader must see once is refused (400), and every value loses
    the optional whitespace around it, so no two readers can disagree about a header.
 2. Host, then Origin: DNS-rebinding and cross-site requests are refused before anything else, including
-   authentication, so a hostile page cannot even probe credentials.
+   authentication, so a hostile page cannot even probe credentials. The Host check is the listener's, not the
+   endpoint's: it runs once per request ahead of routing, for every path (``server/asgi.py``, ``HostGuard``), so
+   a request reaching this endpoint has passed it (steps 1 and 2's Host part run there, in this order).
 3. POST only: the media type (415) and a declared length over the limit (413), before authentication: they
    need no credentials to judge, and an anonymous client should cost as little as possible.
    Every refusal of steps 0-3 is counted and audited (``server/refusals.py``).
@@ -49,7 +51,6 @@ from bastion.server.answer import Answer, http_error_response, json_response
 from bastion.server.checks import (
     FRONT_LINES,
     FrontHeaders,
-    HostCheck,
     accepts,
     check_content_type,
     check_declared_length,
@@ -81,7 +82,6 @@ class McpEndpoint:
         self.dispatcher = dispatcher
         self.authenticate = authenticate
         self.listen = gateway.settings.listen
-        self._check_host = HostCheck(self.listen)
         self.on_session = on_session
         self._ids = itertools.count(1)
         self.listeners = dispatcher.listeners
@@ -141,7 +141,7 @@ class McpEndpoint:
 
     async def _serve(self, request: Request) -> Response:
         headers = request.headers
-        self._check_host(headers.get("host"))
+        # Host was checked ahead of routing (server/asgi.py, HostGuard), once for every path.
         check_origin(headers.get("origin"), self.listen)
         if request.method == "POST":
             check_content_type(headers.get("content-type"))

@@ -372,6 +372,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
         if len(self.url) > self.options.max_target_bytes:
             raise _Refusal(Refused(414, "URI Too Long", reason="uri_too_long",
                                    log_detail=f"request target over {self.options.max_target_bytes} bytes"))
+        if self.url[:1] != b"/":
+            # Not origin-form: an absolute-form target's authority is what the Host check judges (RFC 9112
+            # section 3.2.2), and the scope keeps only the path. (llhttp may pass a target in pieces; the last
+            # call leaves it whole.)
+            self._front.target = self.url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # Called for every header line of every request: the common path is two additions and two comparisons.
