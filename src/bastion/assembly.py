@@ -256,7 +256,7 @@ def build(settings: Settings) -> Components:
         view=lambda: views.view, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
         auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
         approvals=approvals, principals=known_principals(auth_cfg), sessions=lambda: session_count.get("n"),
-        started_at=started_at, restarts=restarts)) \
+        started_at=started_at, restarts=restarts), on_refused=refusals.report) \
         if admin_cfg.enabled else None
 
     return Components(

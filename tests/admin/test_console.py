@@ -42,7 +42,8 @@ async def console(tmp_path: Path, policy_text: str = POLICY,
     config.setdefault("auth", {"api_keys": [{"id": "root", "hash": hash_key(ADMIN_KEY), "groups": ["admin"]},
                                             {"id": "alice", "hash": hash_key(USER_KEY), "groups": ["eng"]}]})
     config.setdefault("policies", [str(policy)])
-    async with front_door(tmp_path, admin={"port": 0}, **config) as door:
+    config.setdefault("admin", {"port": 0})
+    async with front_door(tmp_path, **config) as door:
         app = door.client._transport.app  # type: ignore[attr-defined]
         admin = app.state.bastion.admin
         assert admin is not None
@@ -232,6 +233,36 @@ async def test_without_auth_only_loopback_clients_get_in(tmp_path: Path) -> None
             other.cookies = browser.cookies
             assert (await other.get("/login")).status_code == 403
             assert (await other.get("/")).status_code == 303
+
+
+async def test_a_loopback_console_answers_only_to_loopback_host_names(tmp_path: Path) -> None:
+    """DNS rebinding: a page on rebind.attacker.example, resolved to 127.0.0.1, is a loopback peer; without
+    ``auth`` it could log in as loopback-admin. Every path of the console's listener refuses a foreign Host (421,
+    counted like the gateway's refusals) before the login form; ``admin.allowed_hosts`` adds names."""
+    from starlette.routing import Mount, Route
+
+    async with console(tmp_path, auth="none", policies=[],
+                       admin={"port": 0, "allowed_hosts": ["console.internal"]}) as (door, browser):
+        console_app = door.app.state.bastion.admin.console
+        routes = console_app.app().routes
+        paths = [(method, re.sub(r"\{[^}]*\}", "x", route.path)) for route in routes
+                 if isinstance(route, Route) for method in sorted(route.methods or ())]
+        paths += [("GET", route.path + "/console.css") for route in routes if isinstance(route, Mount)]
+        paths += [("GET", "/nowhere"), ("POST", "/login/")]
+        assert ("POST", "/login") in paths and ("POST", "/pins/x") in paths
+        metrics = await door.client.get("/metrics")
+        before = re.search(r'^bastion_http_refusals_total\{reason="host"\} (\S+)$', metrics.text, re.M)
+        for method, path in paths:
+            r = await browser.request(method, path, headers={"Host": "rebind.attacker.example:9190"})
+            assert r.status_code == 421, (method, path, r.status_code)
+            assert "location" not in r.headers and "set-cookie" not in r.headers
+            assert r.headers["x-frame-options"] == "DENY"
+        metrics = await door.client.get("/metrics")
+        after = re.search(r'^bastion_http_refusals_total\{reason="host"\} (\S+)$', metrics.text, re.M)
+        assert after is not None
+        assert float(after.group(1)) - (float(before.group(1)) if before else 0.0) == len(paths)
+        for host in ("localhost:9190", "127.0.0.1", "[::1]:9190", "console.internal"):
+            assert (await browser.get("/login", headers={"Host": host})).status_code == 200, host
 
 
 async def test_reject_and_a_stale_fingerprint_are_the_cli_operations(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bastion.admin.config import AdminConfig
 from bastion.admin.console import Console
 from bastion.admin.server import AdminServer
@@ -9,6 +11,9 @@ from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
 from bastion.auth.config import AuthConfig
 from bastion.principal import Principal
+
+if TYPE_CHECKING:
+    from bastion.server.asgi import OnRefused
 
 __all__ = ["AdminConfig", "AdminConsole", "AdminSources", "build_console", "known_principals"]
 
@@ -32,11 +37,12 @@ class AdminConsole:
         await self.server.stop()
 
 
-def build_console(cfg: AdminConfig, src: AdminSources) -> AdminConsole:
-    """Subscribe to the audit log and build the app; nothing listens until ``start``."""
+def build_console(cfg: AdminConfig, src: AdminSources, on_refused: OnRefused | None = None) -> AdminConsole:
+    """Subscribe to the audit log and build the app; nothing listens until ``start``. ``on_refused`` counts and
+    audits the listener's Host refusals, as the gateway's own (``RefusalReporter.report``)."""
     tap = AuditTap(cfg.live_buffer)
     src.audit_log.listeners.append(tap)
-    console = Console(cfg, src, tap)
+    console = Console(cfg, src, tap, on_refused=on_refused)
     return AdminConsole(console, AdminServer(console.asgi(), cfg.host, cfg.port))
 
 

@@ -18,7 +18,7 @@ _DEFAULT_PORT = 9190
 _DEFAULT_SESSION_TTL_S = 3600.0
 _DEFAULT_LIVE_BUFFER = 1000
 _DEFAULT_GROUPS = ("admin",)
-_KEYS = {"enabled", "host", "port", "groups", "principals", "session_ttl_s", "secret", "live_buffer"}
+_KEYS = {"enabled", "host", "port", "allowed_hosts", "groups", "principals", "session_ttl_s", "secret", "live_buffer"}
 
 
 def is_loopback(host: str) -> bool:
@@ -35,6 +35,8 @@ class AdminConfig:
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = 9190
+    # Extra Host values a loopback console answers to (DNS-rebinding protection, as ``listen.allowed_hosts``).
+    allowed_hosts: tuple[str, ...] = ()
     # Who is an admin: a principal in one of these groups (API key groups, or the JWT group claim), or one of these
     # ids. The anonymous principal never is.
     groups: tuple[str, ...] = ("admin",)
@@ -77,7 +79,9 @@ class AdminConfig:
         enabled = data.get("enabled", True)
         if not isinstance(enabled, bool):
             raise ConfigError(f"{where}.enabled: expected true or false")
-        return cls(enabled=enabled, host=host, port=port, groups=_strings(data, "groups", where, _DEFAULT_GROUPS),
+        return cls(enabled=enabled, host=host, port=port,
+                   allowed_hosts=_strings(data, "allowed_hosts", where, ()),
+                   groups=_strings(data, "groups", where, _DEFAULT_GROUPS),
                    principals=_strings(data, "principals", where, ()), session_ttl_s=float(ttl), secret=secret,
                    live_buffer=buffer)
 

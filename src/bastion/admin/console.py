@@ -1,6 +1,11 @@
 """The console's Starlette app: login, the pages, the live streams, and the admin actions (pins, approvals,
 explain).
 
+Every request passes the listener's Host check first (``HostGuard``, as on the gateway's listener): a loopback
+console answers only to loopback names and ``admin.allowed_hosts`` (421 otherwise), or a page on a rebound DNS name
+could log in as ``loopback-admin`` (without ``auth``, the console trusts loopback peers, and a browser tricked by
+DNS rebinding is one) and approve pins and held calls.
+
 Every response carries the security headers (strict CSP: scripts and styles only from bastion itself, no inline
 code; no framing; no caching; no referrer). Every page needs a valid session cookie; every POST but the login
 needs the session's CSRF token as well; the login POST needs the login form's signed double-submit token.
@@ -15,7 +20,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import structlog
@@ -40,6 +45,9 @@ from bastion.policy.explain import decision_json
 from bastion.principal import Principal
 from bastion.stopping import cancel_and_wait
 
+if TYPE_CHECKING:
+    from bastion.server.asgi import OnRefused
+
 log = structlog.get_logger("bastion.admin")
 
 HERE = Path(__file__).parent
@@ -57,8 +65,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 class Console:
     def __init__(self, cfg: AdminConfig, src: AdminSources, tap: AuditTap, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, on_refused: OnRefused | None = None) -> None:
         self.cfg = cfg
+        self._on_refused = on_refused
         self.src = src
         self.tap = tap
         self._clock = clock
@@ -91,6 +100,13 @@ class Console:
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         app = Starlette(routes=routes)
+        # Here, not at the top: bastion.settings imports this package (for AdminConfig), and these import settings.
+        from bastion.server.asgi import Guarded
+        from bastion.server.checks import HostGuard
+        from bastion.settings import ListenConfig
+
+        listen = ListenConfig(host=self.cfg.host, port=self.cfg.port, allowed_hosts=self.cfg.allowed_hosts)
+        guarded = Guarded(app, HostGuard(listen), self._on_refused)
 
         async def headers(scope: Any, receive: Any, send: Any) -> None:
             async def send_with_headers(message: Any) -> None:
@@ -100,7 +116,7 @@ class Console:
                     message = {**message, "headers": raw}
                 await send(message)
 
-            await app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+            await guarded(scope, receive, send_with_headers if scope["type"] == "http" else send)
 
         self._asgi = headers
         return app
