@@ -15,7 +15,9 @@ from typing import Any
 import jsonschema
 
 from bastion import settings as settings_mod
+from bastion.errors import Refused
 from bastion.policy import load_policies
+from bastion.server.checks import HostGuard
 from tests.deploy.support import load_json
 
 Doc = dict[str, Any]
@@ -231,6 +233,31 @@ def check_bastion_config(docs: list[Doc], root: Path) -> settings_mod.Settings:
     return cfg
 
 
+# What a kubelet HTTP probe sends as Host: the pod's IP (either family) and the probe's port.
+POD_IPS = ("10.244.1.7", "[fd00:10:244::7]")
+
+
+def check_probes_pass_the_host_check(docs: list[Doc], cfg: settings_mod.Settings) -> None:
+    """Every HTTP probe of a bastion container passes the listener's Host check (which runs for every path): a
+    kubelet probe's Host is ``<pod IP>:<port>`` unless the probe sets one, and a loopback listener answers only to
+    loopback names, so a probe would get 421 and the pod would never be ready."""
+    guard = HostGuard(cfg.listen)
+    for deployment, _, c in bastion_containers(docs):
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
+            probe = c.get(kind, {}).get("httpGet")
+            if probe is None:
+                continue
+            port = ports.get(probe["port"], probe["port"])
+            given = [h["value"] for h in probe.get("httpHeaders", []) if h["name"].lower() == "host"]
+            for host in given or [f"{ip}:{port}" for ip in POD_IPS]:
+                try:
+                    guard({"type": "http", "path": probe["path"], "headers": [(b"host", host.encode())]})
+                except Refused as exc:
+                    raise AssertionError(f"{deployment['metadata']['name']}: {kind} with Host {host} gets "
+                                         f"{exc.status}") from exc
+
+
 def check_all(docs: list[Doc], root: Path) -> settings_mod.Settings:
     check_schemas(docs)
     check_metadata(docs)
@@ -238,4 +265,6 @@ def check_all(docs: list[Doc], root: Path) -> settings_mod.Settings:
     check_bastion(docs)
     check_references(docs)
     check_scaling_and_monitoring(docs)
-    return check_bastion_config(docs, root)
+    cfg = check_bastion_config(docs, root)
+    check_probes_pass_the_host_check(docs, cfg)
+    return cfg

@@ -96,3 +96,20 @@ def test_structural_checks_catch_mistakes(tmp_path: Path) -> None:
     pod["terminationGracePeriodSeconds"] = 30
     with pytest.raises(AssertionError):
         k8s.check_bastion(docs)
+
+
+@pytest.mark.parametrize("flavour", ["standalone", "sidecar"])
+def test_probes_pass_the_listeners_host_check_and_the_check_catches_a_loopback_listener(flavour: str,
+                                                                                        tmp_path: Path) -> None:
+    """The Host check runs for every path, /healthz and /readyz included: kubelet's ``Host: <pod IP>:<port>``
+    must pass it. It does on the shipped listeners (0.0.0.0: a well-formed Host is enough); on a loopback one it
+    would not, and the check says so."""
+    docs = copy.deepcopy(manifests(flavour))
+    cfg = k8s.check_bastion_config(docs, tmp_path / "shipped")
+    k8s.check_probes_pass_the_host_check(docs, cfg)
+    config = next(d for d in k8s.by_kind(docs, "ConfigMap") if "bastion.yaml" in d["data"])
+    assert "host: 0.0.0.0" in config["data"]["bastion.yaml"]
+    config["data"]["bastion.yaml"] = config["data"]["bastion.yaml"].replace("host: 0.0.0.0", "host: 127.0.0.1")
+    cfg = k8s.check_bastion_config(docs, tmp_path / "loopback")
+    with pytest.raises(AssertionError, match=r"Probe with Host 10\.244\.1\.7:8080 gets 421"):
+        k8s.check_probes_pass_the_host_check(docs, cfg)
