@@ -24,7 +24,8 @@ __all__ = ["REFUSAL_REASONS", "RefusalReason", "RefusalReporter", "TokenBucket"]
 log = structlog.get_logger("bastion.http")
 
 RefusalReason = Literal[
-    "host",  # Host missing, malformed, or not one a loopback listener answers to (400/421)
+    "host",  # Host (or an absolute-form target's authority) missing, malformed, or not one a loopback listener
+    # answers to (400/421), on any path
     "origin",  # Origin malformed or not allowed (403)
     "duplicate_header",  # a header that must appear once appears more often (400)
     "content_type",  # a POST body that is not application/json (415)
