@@ -189,3 +189,23 @@ def test_host_guard_on_a_public_listener_needs_a_well_formed_host_only() -> None
     with pytest.raises(Refused) as caught:
         guard({"headers": []})
     assert caught.value.status == 400
+
+
+def test_a_remembered_host_lets_neither_a_foreign_target_nor_a_second_host_through() -> None:
+    guard = HostGuard(LOOPBACK, size=2)
+    accepted = [(b"host", b"127.0.0.1")]
+    guard({"headers": list(accepted)})  # now remembered
+    guard({"headers": list(accepted)})
+    absolute: dict[str, Any] = {"headers": list(accepted), FRONT_LINES: front_lines(accepted)}
+    absolute[FRONT_LINES].target = b"http://rebind.attacker.example/mcp"
+    with pytest.raises(Refused) as caught:
+        guard(absolute)
+    assert caught.value.status == 421
+    with pytest.raises(Refused) as caught:
+        guard({"headers": [*accepted, (b"host", FOREIGN.encode())]})
+    assert (caught.value.status, caught.value.reason) == (400, "duplicate_header")
+    for host in (b"localhost", b"[::1]", b"localhost:1", b"127.0.0.1:2"):  # more values than it remembers
+        guard({"headers": [(b"host", host)]})
+    assert len(guard._accepted) == 2
+    with pytest.raises(Refused):
+        guard({"headers": [(b"host", FOREIGN.encode())]})

@@ -284,26 +284,34 @@ class HostGuard:
     reader must see once but came twice is refused first (400), as the MCP endpoint would, so the order of
     checks is the endpoint's own.
 
-    An origin-form request costs a dict lookup and ``HostCheck``'s remembered answer.
+    An origin-form request with a ``Host`` accepted before costs two dict lookups and a set lookup: the accepted
+    values are remembered as the bytes they arrive as (at most ``size``, as ``HostCheck`` does), so the common case
+    decodes nothing and makes no further call.
     """
 
-    __slots__ = ("_check",)
+    __slots__ = ("_accepted", "_check", "_size")
 
-    def __init__(self, listen: ListenConfig) -> None:
-        self._check = HostCheck(listen)
+    def __init__(self, listen: ListenConfig, size: int = 64) -> None:
+        self._check = HostCheck(listen, size)
+        self._accepted: set[bytes] = set()
+        self._size = size
 
     def __call__(self, scope: MutableMapping[str, Any]) -> None:
         lines: FrontLines | None = scope.get(FRONT_LINES)
         if lines is None:  # not bastion's own protocol: gathered here, and kept for the MCP endpoint
             lines = scope[FRONT_LINES] = front_lines(scope["headers"])
+        host = lines.first.get(b"host")
+        if host in self._accepted and lines.target is None and lines.duplicate is None:
+            return
         if lines.duplicate is not None:
             lines.checked()
-        host = lines.first.get(b"host")
         target = lines.target
-        if target is None or target == b"*":
-            self._check(None if host is None else host.decode("latin-1"))
+        if target is not None and target != b"*":
+            self._absolute(scope, lines, target, host)
             return
-        self._absolute(scope, lines, target, host)
+        self._check(None if host is None else host.decode("latin-1"))
+        if host and len(self._accepted) < self._size:  # (the check refused an empty or missing one)
+            self._accepted.add(host)
 
     def _absolute(self, scope: MutableMapping[str, Any], lines: FrontLines, target: bytes,
                   host: bytes | None) -> None:
