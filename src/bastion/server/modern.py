@@ -78,7 +78,8 @@ class ModernDoor:
         if not self.dispatcher.knows(msg.method, "modern"):
             return Answer.error(msg.id, ProtocolError(-32601, f"Method not found: {msg.method}", http_status=404))\
                 .response()
-        return await self.responder.respond(admitted, msg, None, sse_ok)
+        # The request's own receive: losing its connection before the answer leaves cancels it (``Responder.run``).
+        return await self.responder.respond(admitted, msg, None, sse_ok, request.receive)
 
     def _admit(self, request: Request, principal: Principal, msg: jsonrpc.Message,
                meta: Mapping[str, Any], emitter: Emitter) -> Scope | None:

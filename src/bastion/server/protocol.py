@@ -62,7 +62,7 @@ from bastion.errors import INVALID_REQUEST, Refused
 from bastion.server.answer import JsonResponse
 from bastion.server.checks import FRONT_LINES, FrontLines
 
-__all__ = ["FrontDoorOptions", "FrontDoorProtocol", "deliver", "front_door_protocol", "whole_body"]
+__all__ = ["FrontDoorOptions", "FrontDoorProtocol", "deliver", "front_door_protocol", "on_lost", "whole_body"]
 
 log = structlog.get_logger("bastion.http")
 
@@ -145,6 +145,9 @@ class _OneWriteCycle(RequestResponseCycle):
     uvicorn's own ``send`` still does all the work (header checks, length accounting, keep-alive); only the
     transport it writes to is swapped, so its bookkeeping cannot drift from what it wrote.
     """
+
+    # Called (once) if the connection is lost before the response starts; set per request by ``on_lost``.
+    on_lost: Callable[[], None] | None = None
 
     async def send(self, message: Any) -> None:
         transport: Any = self.transport  # uvicorn's transport, or the stand-in holding a head back
@@ -245,6 +248,20 @@ class _OneWriteCycle(RequestResponseCycle):
         return True
 
 
+def on_lost(receive: Receive, callback: Callable[[], None] | None) -> bool:
+    """Have ``callback`` called, once and from the event loop, if the request's connection is lost before its
+    response starts to leave (``FrontDoorProtocol.connection_lost``); ``None`` takes it back. A plain attribute
+    set: no task and no await watch for the ``http.disconnect`` in the meantime.
+
+    False, having done nothing, under another server: nothing then learns of the loss before the app next sends
+    or receives."""
+    cycle = getattr(receive, "__self__", None)
+    if not isinstance(cycle, _OneWriteCycle):
+        return False
+    cycle.on_lost = callback
+    return True
+
+
 def whole_body(receive: Receive) -> bytes | None:
     """The request's whole body at once, when the server is bastion's and all of it has arrived
     (``_OneWriteCycle.take_body``); None otherwise (read it through ``receive``)."""
@@ -316,7 +333,19 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        cycle = self.cycle
         super().connection_lost(exc)
+        if isinstance(cycle, _OneWriteCycle) and cycle.on_lost is not None and not cycle.response_started:
+            self._lost(cycle, cycle.on_lost)
+
+    @staticmethod
+    def _lost(cycle: _OneWriteCycle, callback: Callable[[], None]) -> None:
+        """Tell the app that its request's connection is gone before any of the answer left (``on_lost``)."""
+        cycle.on_lost = None
+        try:
+            callback()
+        except Exception:  # pragma: no cover - the callbacks are bastion's own and do not raise
+            log.error("http.on_lost_failed", exc_info=True)
 
     def data_received(self, data: bytes) -> None:
         if self._lingering >= 0:

@@ -29,7 +29,7 @@ from bastion.server.answer import MODERN_ERROR_STATUS, SSE_HEADERS, Answer
 from bastion.server.dispatch import SERVER_INFO, Dispatcher
 from bastion.server.emitter import Emitter, NullEmitter, Outbox, StreamEmitter
 from bastion.server.eras import for_handshake_era, for_modern
-from bastion.server.protocol import deliver
+from bastion.server.protocol import deliver, on_lost
 from bastion.server.scope import Scope
 from bastion.sessions.live import InflightCall, LiveSession
 from bastion.sse import encode_event
@@ -62,15 +62,28 @@ class Responder:
         self._ids = ids
 
     async def run(self, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None,
-                  call: InflightCall | None = None) -> Answer:
+                  call: InflightCall | None = None, receive: Receive | None = None) -> Answer:
         """Dispatch one request to a JSON-RPC response, in the current task; registered with the session for
-        cancellation while it runs (``call``, when the caller holds the handle itself)."""
+        cancellation while it runs (``call``, when the caller holds the handle itself).
+
+        ``receive`` is a 2026-07-28 request's own: in that revision the client closing the connection before the
+        answer leaves cancels the request, as closing its stream does. Under bastion's HTTP protocol the
+        connection's loss cancels ``call`` directly (``protocol.on_lost``), armed only while the request runs
+        here, so the cancellation always lands in the ``try`` below; under another server a plain JSON answer
+        runs to completion (nothing watches the connection meanwhile)."""
+        watched: Receive | None = None
         if live is not None and msg.id is not None:
             if call is None:
                 task = asyncio.current_task()
                 call = InflightCall(task) if task is not None else None
             if call is not None:
                 live.inflight[msg.id] = call
+        elif receive is not None:
+            if call is None:
+                task = asyncio.current_task()
+                call = InflightCall(task) if task is not None else None
+            if call is not None and on_lost(receive, call.cancel):
+                watched = receive
         try:
             result = await self.dispatcher.handle(scope, msg)
             shaped = for_modern(result, SERVER_INFO) if scope.era == "modern" else for_handshake_era(result)
@@ -103,6 +116,8 @@ class Responder:
         finally:
             if live is not None and msg.id is not None:
                 live.inflight.pop(msg.id, None)
+            elif watched is not None:
+                on_lost(watched, None)
 
     def emitter(self, era: str, msg: jsonrpc.Message, live: LiveSession | None, sse_ok: bool) -> Emitter:
         """The channel ``respond`` will give this request: a stream for a ``tools/call`` whose client accepts
@@ -112,19 +127,21 @@ class Responder:
         return NullEmitter()
 
     async def respond(self, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None,
-                      sse_ok: bool) -> Response:
+                      sse_ok: bool, receive: Receive | None = None) -> Response:
         """Answer with JSON unless something must reach the client before the answer.
 
         Only ``tools/call`` can make an upstream talk back mid-request (progress, log messages, sampling and
         elicitation requests). For it, the choice is made lazily (``CallResponse``): the response becomes an SSE
         stream only if a message for the client comes before the result. A plain call answers with plain JSON,
         and a call that needs the stream gets it without the client having to guess.
+
+        ``receive``: a 2026-07-28 request's, which losing its connection cancels (``run``).
         """
         if not sse_ok:
-            return (await self.run(scope, msg, live)).response()
+            return (await self.run(scope, msg, live, None, receive)).response()
         if msg.method != TOOLS_CALL:
             if scope.era == "modern":
-                return (await self.run(scope, msg, live)).response()
+                return (await self.run(scope, msg, live, None, receive)).response()
             # Legacy clients that accept SSE get it, as the SDK's own servers do (the conformance harness checks
             # that concurrent POST streams work); a one-event stream costs next to nothing off the call path.
             answer = await self.run(scope, msg, live)
@@ -178,9 +195,10 @@ class CallResponse(Response):
     returned: it is awaited once the result is in it.
 
     Cancellation is unchanged: ``notifications/cancelled`` (and a session's ``DELETE``) cancel the call through
-    its ``InflightCall``; in the 2026-07-28 revision so does the client closing the stream, while in the
-    session-based revisions a dropped connection is not a cancellation, so the call runs to completion and is
-    audited. A cancelled call's stream ends without a result, as the revisions ask.
+    its ``InflightCall``; in the 2026-07-28 revision so does the client closing the connection, whether the
+    stream has started (the stream's writer notices) or not (the HTTP protocol tells ``run``, see there), while
+    in the session-based revisions a dropped connection is not a cancellation, so the call runs to completion and
+    is audited. A cancelled call's stream ends without a result, as the revisions ask.
 
     ``Response`` only in type: nothing of it is used but ``__call__``, which the front door calls.
     """
@@ -205,7 +223,8 @@ class CallResponse(Response):
         outbox.on_first = lambda: self._open_stream(scope, receive, send)
         answer: Answer | None = None
         try:
-            answer = await self._responder.run(self._scope, self._msg, self._live, call)
+            answer = await self._responder.run(self._scope, self._msg, self._live, call,
+                                               receive if self._scope.era == "modern" else None)
         finally:
             self._done = True
             outbox.on_first = None
