@@ -60,6 +60,20 @@ class Responder:
         self.dispatcher = dispatcher
         # Ids of bastion's own requests to clients (sampling, elicitation), unique on this replica.
         self._ids = ids
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def task(self) -> asyncio.Task[Any]:
+        """The current task. ``asyncio.current_task()`` looks the running loop up, a ``getpid`` system call on
+        Python 3.11; with the loop known, it is a dictionary lookup (as in ``bastion/deadlines.py``)."""
+        loop = self._loop
+        task = asyncio.current_task(loop) if loop is not None else None
+        if task is None:
+            # First use, or a different loop: ``current_task(loop)`` finds no task running on the old one.
+            self._loop = loop = asyncio.get_running_loop()
+            task = asyncio.current_task(loop)
+            if task is None:
+                raise RuntimeError("a request must run in a task")
+        return task
 
     async def run(self, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None,
                   call: InflightCall | None = None, receive: Receive | None = None) -> Answer:
@@ -74,15 +88,12 @@ class Responder:
         watched: Receive | None = None
         if live is not None and msg.id is not None:
             if call is None:
-                task = asyncio.current_task()
-                call = InflightCall(task) if task is not None else None
-            if call is not None:
-                live.inflight[msg.id] = call
+                call = InflightCall(self.task())
+            live.inflight[msg.id] = call
         elif receive is not None:
             if call is None:
-                task = asyncio.current_task()
-                call = InflightCall(task) if task is not None else None
-            if call is not None and on_lost(receive, call.cancel):
+                call = InflightCall(self.task())
+            if on_lost(receive, call.cancel):
                 watched = receive
         try:
             result = await self.dispatcher.handle(scope, msg)
@@ -216,9 +227,7 @@ class CallResponse(Response):
         self._done = False
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        call = self._call = InflightCall(task)
+        call = self._call = InflightCall(self._responder.task())
         outbox = self._outbox
         outbox.on_first = lambda: self._open_stream(scope, receive, send)
         answer: Answer | None = None
