@@ -42,8 +42,9 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     g.stop()
 
 
-def hang_up(gw: GatewayProcess, body: dict[str, Any], headers: dict[str, str]) -> None:
-    """Send ``body`` and close the connection ``HANG_UP_AFTER_S`` later, asserting nothing came back by then."""
+def hang_up(gw: GatewayProcess, body: dict[str, Any], headers: dict[str, str], *, abrupt: bool = True) -> None:
+    """Send ``body`` and close the connection ``HANG_UP_AFTER_S`` later, asserting nothing came back by then:
+    with a reset (``abrupt``) or an orderly close."""
     raw = json.dumps(body).encode()
     with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
         sock.sendall(build("POST", "/mcp", [("Host", f"127.0.0.1:{gw.port}"), ("Content-Type", "application/json"),
@@ -51,7 +52,8 @@ def hang_up(gw: GatewayProcess, body: dict[str, Any], headers: dict[str, str]) -
         sock.settimeout(HANG_UP_AFTER_S)
         with pytest.raises(TimeoutError):
             sock.recv(1)  # not a byte of the answer yet
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x00" * 8)  # struct linger {0, 0}: an abrupt close
+        if abrupt:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x00" * 8)  # struct linger {0, 0}: a reset
 
 
 def modern(method: str, params: dict[str, Any], accept: str, rid: int) -> tuple[dict[str, Any], dict[str, str]]:
@@ -73,15 +75,16 @@ def wait_for(predicate: Any, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("abrupt", [True, False], ids=["reset", "closed"])
 @pytest.mark.parametrize("accept", [ACCEPT, "application/json"], ids=["sse-accepting", "json-only"])
-def test_a_modern_call_whose_client_hangs_up_before_the_answer_is_cancelled(gw: GatewayProcess,
-                                                                            accept: str) -> None:
-    tag = f"modern-call-{len(accept)}"
+def test_a_modern_call_whose_client_hangs_up_before_the_answer_is_cancelled(gw: GatewayProcess, accept: str,
+                                                                            abrupt: bool) -> None:
+    tag = f"modern-call-{len(accept)}-{abrupt}"
     before = len(gw.records("tool.call"))
     body, headers = modern("tools/call", {"name": "basic__slow",
                                           "arguments": {"seconds": SLEEP_S, "steps": 3, "tag": tag}}, accept, 7)
     started = time.monotonic()
-    hang_up(gw, body, headers)
+    hang_up(gw, body, headers, abrupt=abrupt)
     records = gw.wait_records("tool.call", before + 1, timeout=SLEEP_S + 10)[before:]
     assert len(records) == 1
     record = records[0]
