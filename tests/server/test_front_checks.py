@@ -13,6 +13,7 @@ from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, Refused
 from bastion.server.checks import (
     SINGLETON_HEADERS,
     HostCheck,
+    accepts,
     check_content_type,
     check_declared_length,
     check_host,
@@ -247,3 +248,28 @@ def test_front_headers_answer_every_lookup_as_starlettes_headers() -> None:
         assert (key in fast) == (key in plain)
     assert fast.raw == plain.raw
     assert fast.getlist("x-twice") == ["one", "two"]
+
+
+@pytest.mark.parametrize(("accept", "expected"), [
+    (None, (True, True)),
+    ("", (True, True)),
+    ("application/json, text/event-stream", (True, True)),
+    ("*/*", (True, True)),
+    ("application/json", (True, False)),
+    ("text/event-stream", (False, True)),
+    ("text/*", (False, True)),
+    ("application/*;q=0.1", (True, False)),
+    ("APPLICATION/JSON ; Q=0.9, Text/Event-Stream", (True, True)),
+    # A quality of 0 refuses the type, and the most specific matching range decides.
+    ("application/json;q=0, text/event-stream;q=0", (False, False)),
+    ("*/*;q=0.5, application/json;q=0", (False, True)),
+    ("text/*;q=0, */*", (True, False)),
+    ("application/json, */*;q=0", (True, False)),
+    # Not the types, only look-alikes; a malformed quality drops its range.
+    ("application/jsonx, text/event-streams", (False, False)),
+    ("text/html", (False, False)),
+    ("application/json;q=abc", (False, False)),
+    ("application/json;q=1.5, text/event-stream", (False, True)),
+])
+def test_accept_is_read_by_quality_and_specificity(accept: str | None, expected: tuple[bool, bool]) -> None:
+    assert accepts(accept) == expected

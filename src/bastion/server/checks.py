@@ -357,10 +357,38 @@ def check_declared_length(value: str | None, limit: int) -> None:
 
 
 def accepts(accept: str | None) -> tuple[bool, bool]:
-    """(json ok, sse ok). A missing or wildcard Accept accepts both."""
+    """(json ok, sse ok) as RFC 9110 section 12.5.1 reads ``Accept``: each type takes the quality of the most
+    specific range that matches it (``application/json`` over ``application/*`` over ``*/*``), and a quality of 0
+    means "not acceptable". A missing Accept accepts both; a range with a malformed quality is ignored."""
     if not accept:
         return True, True
-    value = accept.lower()
-    wildcard = "*/*" in value
-    return ("application/json" in value or "application/*" in value or wildcard,
-            "text/event-stream" in value or "text/*" in value or wildcard)
+    json_best = sse_best = (0, 0.0)  # (specificity, quality); specificity 0: no range matched
+    for part in accept.split(","):
+        media, _, params = part.partition(";")
+        media = media.strip(" \t").lower()
+        quality = _quality(params) if params else 1.0
+        if quality is None:
+            continue
+        json_rank = _JSON_RANGES.get(media, 0)
+        if json_rank and (json_rank, quality) > json_best:
+            json_best = (json_rank, quality)
+        sse_rank = _SSE_RANGES.get(media, 0)
+        if sse_rank and (sse_rank, quality) > sse_best:
+            sse_best = (sse_rank, quality)
+    return json_best[1] > 0, sse_best[1] > 0
+
+
+# The ranges that match each type bastion answers with, by specificity.
+_JSON_RANGES = {"application/json": 3, "application/*": 2, "*/*": 1}
+_SSE_RANGES = {"text/event-stream": 3, "text/*": 2, "*/*": 1}
+_QVALUE = re.compile(r"(?:0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)")
+
+
+def _quality(params: str) -> float | None:
+    """The ``q`` of a range's parameters (1 when absent), or None when it is malformed."""
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip(" \t").lower() == "q":
+            value = value.strip(" \t")
+            return float(value) if _QVALUE.fullmatch(value) else None
+    return 1.0

@@ -185,8 +185,11 @@ class McpEndpoint:
 
     async def _post(self, request: Request, principal: Principal) -> Response:
         json_ok, sse_ok = accepts(request.headers.get("accept"))
-        if not (json_ok or sse_ok):
-            raise HttpError(406, "Not Acceptable: Accept must include application/json or text/event-stream")
+        if not json_ok:
+            # Every POST can be answered in JSON, and is unless the client also accepts a stream: a client that
+            # refuses JSON (the revisions require both types in a POST's Accept) is one bastion cannot answer.
+            raise HttpError(406, "Not Acceptable: Accept must include application/json (and text/event-stream "
+                                 "for streamed answers)")
         try:
             doc = jsonrpc.parse(await self._read_body(request), self.listen.max_json_depth)
         except MessageRejected as exc:
