@@ -1,7 +1,8 @@
 """An upstream MCP server run as a child process, speaking newline-delimited JSON-RPC on stdin/stdout.
 
 The child gets a minimal environment (``INHERITED_ENV`` plus its configured ``env``), so bastion's own secrets
-never leak into servers that do not need them. Its stderr is the server's log and goes into ours. When the
+never leak into servers that do not need them. Its stderr is the server's log and goes into ours, bounded
+(``bastion.upstream.stderr``: lines cut at 4 KiB, rate-limited, escaped). When the
 child dies, requests in flight fail with ``UpstreamUnavailable`` and the supervisor restarts it; a restarted
 server may have a different tool list, so the restart is announced as ``notifications/tools/list_changed``.
 
@@ -37,6 +38,7 @@ from bastion.upstream.modern import (
 )
 from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
 from bastion.upstream.session import Pending, RpcSession, StrayHandler
+from bastion.upstream.stderr import StderrLog, pump_stderr
 from bastion.upstream.supervisor import Backoff, StateListener, Supervisor
 
 __all__ = ["INHERITED_ENV", "StdioUpstream"]
@@ -74,6 +76,7 @@ class StdioUpstream:
                                       Backoff(backoff_initial, backoff_max))
         self._proc: asyncio.subprocess.Process | None = None
         self._closing = False
+        self._stderr_log = StderrLog(name)
 
     @property
     def info(self) -> UpstreamInfo | None:
@@ -268,12 +271,5 @@ class StdioUpstream:
 
     async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
-        while True:
-            try:
-                line = await proc.stderr.readline()
-            except ValueError:
-                continue
-            if not line:
-                return
-            log.info("upstream.stderr", upstream=self.name,
-                     line=line.rstrip(b"\r\n").decode("utf-8", errors="replace"))
+        # Bounded: lines cut, rate-limited per upstream, escaped, read in chunks that yield (bastion.upstream.stderr).
+        await pump_stderr(proc.stderr, self._stderr_log)

@@ -1,0 +1,168 @@
+"""A stdio child's stderr into the log, bounded: what a server writes there is its own, and may be hostile.
+
+Without bounds, a child writing endless lines to stderr turns each into a log line: the gateway's CPU goes to
+rendering them, its log grows as fast as the child writes, and every other upstream's calls slow down; a single
+50 MB line without a newline would be held whole and logged as one 50 MB log line. Here:
+
+- **Bounded reading.** stderr is read in chunks of at most ``CHUNK_BYTES``; of each line only the first
+  ``max_line_bytes`` are kept, the rest is counted and discarded as it arrives, so memory never holds more than a
+  chunk and one cut line. After every ``YIELD_BYTES`` read without waiting, the reader yields to the event loop.
+- **Cut lines.** A line longer than ``max_line_bytes`` is logged cut there (at a character boundary), with
+  ``truncated=True`` and its original length in bytes as ``size``.
+- **Rate limit per upstream.** A token bucket (``TokenBucket``, as for the front door's refusals): ``burst`` lines
+  pass at once, then ``per_second``. Lines the bucket drops are counted, and at most every ``report_interval``
+  seconds (and when the stream ends) one ``upstream.stderr_suppressed`` warning says how many (``count``). While
+  the bucket is empty, the lines of a chunk are counted, never looked at one by one.
+- **Escaped text.** Control and other non-printable characters (ESC, BEL, C1 controls, bidirectional
+  overrides, ...) are written as ``\\xNN`` / ``\\uNNNN`` before the line reaches the log, whatever the renderer,
+  so no terminal escape reaches an operator's terminal raw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import time
+from collections.abc import Callable
+
+import structlog
+
+from bastion.server.refusals import TokenBucket
+
+__all__ = ["CHUNK_BYTES", "StderrLog", "printable", "pump_stderr"]
+
+log = structlog.get_logger("bastion.upstream")
+
+CHUNK_BYTES = 64 * 1024
+YIELD_BYTES = 1024 * 1024
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character (``str.isprintable``: controls, format characters such as
+    bidirectional overrides, separators other than the space) written as its ``\\xNN``/``\\uNNNN`` escape."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+class StderrLog:
+    """The log side of one upstream's stderr: cuts, escapes and rate-limits lines, counts what it suppresses.
+
+    One per upstream, shared by the processes it runs in turn (a restarted child does not get a fresh burst).
+    ``clock`` is injectable so the limits are testable without sleeping.
+    """
+
+    def __init__(self, upstream: str, *, max_line_bytes: int = 4096, burst: int = 100, per_second: float = 10.0,
+                 report_interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.upstream = upstream
+        self.max_line_bytes = max_line_bytes
+        self._bucket = TokenBucket(float(burst), per_second)
+        self._interval = report_interval
+        self._clock = clock
+        self.suppressed = 0  # lines dropped since the last report
+        self.report_due: float | None = None  # when the count of suppressed lines is to be logged
+
+    def line(self, head: bytes, size: int) -> bool:
+        """One line: its first bytes (at most ``max_line_bytes``, no line ending) and its full length. False when
+        the rate limit suppressed it."""
+        if not self._bucket.take(self._clock()):
+            self.suppress(1)
+            return False
+        if size > len(head):
+            log.info("upstream.stderr", upstream=self.upstream, line=printable(_decode(head, cut=True)),
+                     truncated=True, size=size)
+        else:
+            text = _decode(head, cut=False).removesuffix("\r")
+            log.info("upstream.stderr", upstream=self.upstream, line=printable(text))
+        self.report_if_due()
+        return True
+
+    def suppress(self, count: int) -> None:
+        if count <= 0:
+            return
+        self.suppressed += count
+        if self.report_due is None:
+            self.report_due = self._clock() + self._interval
+
+    def report_if_due(self) -> None:
+        if self.report_due is not None and self._clock() >= self.report_due:
+            self.report()
+
+    def report_in(self) -> float | None:
+        """Seconds until the count of suppressed lines is to be logged; None when there is none."""
+        return None if self.report_due is None else max(0.0, self.report_due - self._clock())
+
+    def report(self) -> None:
+        """Log how many lines were suppressed since the last report, if any."""
+        count, self.suppressed, self.report_due = self.suppressed, 0, None
+        if count:
+            log.warning("upstream.stderr_suppressed", upstream=self.upstream, count=count)
+
+
+def _decode(head: bytes, *, cut: bool) -> str:
+    if not cut:
+        return head.decode("utf-8", errors="replace")
+    # A cut may fall inside a character: leave its first bytes out rather than show a replacement character.
+    return codecs.getincrementaldecoder("utf-8")(errors="replace").decode(head, final=False)
+
+
+async def pump_stderr(stream: asyncio.StreamReader, sink: StderrLog) -> None:
+    """Read ``stream`` to its end in bounded chunks, handing each line to ``sink``; see the module's notes."""
+    limit = sink.max_line_bytes
+    head = bytearray()  # the first ``limit`` bytes of the line being read
+    size = 0  # the length of the line being read so far
+    unyielded = 0
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            wait = sink.report_in()
+            async with asyncio.timeout_at(None if wait is None else loop.time() + wait):
+                chunk = await stream.read(CHUNK_BYTES)
+        except TimeoutError:
+            sink.report()
+            continue
+        except (OSError, ValueError):  # the pipe broke; what the child wrote so far is all there is
+            chunk = b""
+        if not chunk:
+            break
+        start = 0
+        end = len(chunk)
+        while start < end:
+            newline = chunk.find(b"\n", start)
+            stop = end if newline < 0 else newline
+            if len(head) < limit:
+                head += chunk[start:min(stop, start + limit - len(head))]
+            size += stop - start
+            if newline < 0:
+                break
+            logged = sink.line(bytes(head), size)
+            head.clear()
+            size = 0
+            start = newline + 1
+            if not logged and start < end:
+                # The bucket is empty: the rest of the chunk's whole lines are counted at C speed, not split.
+                last = chunk.rfind(b"\n", start)
+                if last >= 0:
+                    sink.suppress(chunk.count(b"\n", start, last + 1))
+                    start = last + 1
+                head += chunk[start:start + limit]
+                size = end - start
+                break
+        sink.report_if_due()
+        unyielded += len(chunk)
+        if unyielded >= YIELD_BYTES:
+            unyielded = 0
+            await asyncio.sleep(0)
+    if size:
+        sink.line(bytes(head), size)
+    sink.report()
+
