@@ -147,6 +147,31 @@ async def test_reading_holds_one_chunk_and_yields_to_the_event_loop() -> None:
     assert [e["count"] for e in logs if e["event"] == "upstream.stderr_suppressed"] == [10_000 - 2]
 
 
+async def pump_pieces(sink: StderrLog, *pieces: bytes) -> list[dict[str, Any]]:
+    """Each piece arrives on its own, so the pump reads it as one chunk."""
+    reader = asyncio.StreamReader()
+    with capture_logs() as logs:
+        pumping = asyncio.get_running_loop().create_task(pump_stderr(reader, sink))
+        for piece in pieces:
+            reader.feed_data(piece)
+            for _ in range(3):
+                await asyncio.sleep(0)
+        reader.feed_eof()
+        await pumping
+    return logs
+
+
+async def test_lines_across_chunks() -> None:
+    logs = await pump_pieces(StderrLog("split", max_line_bytes=4), b"ab", b"c\r\nde", b"fghij\n\n", b"k")
+    assert [(e["line"], e.get("size")) for e in logs] == [("abc", None), ("defg", 7), ("", None), ("k", None)]
+
+
+async def test_lines_over_the_limit_are_counted_across_chunks() -> None:
+    logs = await pump_pieces(StderrLog("bulk", burst=1, per_second=0.001), b"a\nb\nc\nd", b"e\nf\n", b"g")
+    assert [(e["event"], e.get("line", e.get("count"))) for e in logs] == [
+        ("upstream.stderr", "a"), ("upstream.stderr_suppressed", 5)]  # b, c, de, f, g
+
+
 async def test_limits_follow_the_clock() -> None:
     now = [0.0]
     sink = StderrLog("clocked", burst=2, per_second=1.0, report_interval=5.0, clock=lambda: now[0])

@@ -117,52 +117,73 @@ def _decode(head: bytes, *, cut: bool) -> str:
 
 async def pump_stderr(stream: asyncio.StreamReader, sink: StderrLog) -> None:
     """Read ``stream`` to its end in bounded chunks, handing each line to ``sink``; see the module's notes."""
-    limit = sink.max_line_bytes
-    head = bytearray()  # the first ``limit`` bytes of the line being read
-    size = 0  # the length of the line being read so far
+    lines = _Lines(sink)
     unyielded = 0
     loop = asyncio.get_running_loop()
-    while True:
-        try:
-            wait = sink.report_in()
-            async with asyncio.timeout_at(None if wait is None else loop.time() + wait):
-                chunk = await stream.read(CHUNK_BYTES)
-        except TimeoutError:
-            sink.report()
-            continue
-        except (OSError, ValueError):  # the pipe broke; what the child wrote so far is all there is
-            chunk = b""
-        if not chunk:
-            break
-        start = 0
-        end = len(chunk)
+    try:
+        while True:
+            try:
+                wait = sink.report_in()
+                async with asyncio.timeout_at(None if wait is None else loop.time() + wait):
+                    chunk = await stream.read(CHUNK_BYTES)
+            except TimeoutError:  # suppressed lines are waiting to be counted, and the child went quiet
+                sink.report()
+                continue
+            except (OSError, ValueError):  # the pipe broke; what the child wrote so far is all there is
+                chunk = b""
+            if not chunk:
+                break
+            lines.feed(chunk)
+            sink.report_if_due()
+            # read() does not wait while the stream has data buffered: without this, a child that writes faster
+            # than its lines are handled would keep this task running and every other one waiting.
+            unyielded += len(chunk)
+            if unyielded >= YIELD_BYTES:
+                unyielded = 0
+                await asyncio.sleep(0)
+        lines.end()
+    finally:  # the end of the stream, or the upstream closing: the count is not left untold
+        sink.report()
+
+
+class _Lines:
+    """Splits chunks into lines, keeping of each only the first ``sink.max_line_bytes`` and its length."""
+
+    def __init__(self, sink: StderrLog) -> None:
+        self._sink = sink
+        self._limit = sink.max_line_bytes
+        self._head = bytearray()  # the first ``limit`` bytes of the line being read
+        self._size = 0  # the length of the line being read so far
+
+    def feed(self, chunk: bytes) -> None:
+        start, end = 0, len(chunk)
         while start < end:
             newline = chunk.find(b"\n", start)
             stop = end if newline < 0 else newline
-            if len(head) < limit:
-                head += chunk[start:min(stop, start + limit - len(head))]
-            size += stop - start
+            self._add(chunk, start, stop)
             if newline < 0:
-                break
-            logged = sink.line(bytes(head), size)
-            head.clear()
-            size = 0
+                return
+            logged = self._sink.line(bytes(self._head), self._size)
+            self._head.clear()
+            self._size = 0
             start = newline + 1
-            if not logged and start < end:
+            if not logged:
                 # The bucket is empty: the rest of the chunk's whole lines are counted at C speed, not split.
                 last = chunk.rfind(b"\n", start)
                 if last >= 0:
-                    sink.suppress(chunk.count(b"\n", start, last + 1))
+                    self._sink.suppress(chunk.count(b"\n", start, last + 1))
                     start = last + 1
-                head += chunk[start:start + limit]
-                size = end - start
-                break
-        sink.report_if_due()
-        unyielded += len(chunk)
-        if unyielded >= YIELD_BYTES:
-            unyielded = 0
-            await asyncio.sleep(0)
-    if size:
-        sink.line(bytes(head), size)
-    sink.report()
+                self._add(chunk, start, end)
+                return
 
+    def end(self) -> None:
+        if self._size:  # the last line had no newline
+            self._sink.line(bytes(self._head), self._size)
+            self._head.clear()
+            self._size = 0
+
+    def _add(self, chunk: bytes, start: int, stop: int) -> None:
+        room = self._limit - len(self._head)
+        if room > 0:
+            self._head += chunk[start:min(stop, start + room)]
+        self._size += stop - start
