@@ -5,8 +5,10 @@ rendering them, its log grows as fast as the child writes, and every other upstr
 50 MB line without a newline would be held whole and logged as one 50 MB log line. Here:
 
 - **Bounded reading.** stderr is read in chunks of at most ``CHUNK_BYTES``; of each line only the first
-  ``max_line_bytes`` are kept, the rest is counted and discarded as it arrives, so memory never holds more than a
-  chunk and one cut line. After every ``YIELD_BYTES`` read without waiting, the reader yields to the event loop.
+  ``max_line_bytes`` are kept, the rest is counted and discarded as it arrives, so this reader never holds more
+  than a chunk and one cut line (and the stream's own buffer stays about a pipe's worth, 64 KiB, since it is
+  drained as fast as it fills). After every ``YIELD_BYTES`` read without waiting, the reader yields to the event
+  loop.
 - **Cut lines.** A line longer than ``max_line_bytes`` is logged cut there (at a character boundary), with
   ``truncated=True`` and its original length in bytes as ``size``.
 - **Rate limit per upstream.** A token bucket (``TokenBucket``, as for the front door's refusals): ``burst`` lines
