@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import httpx
 import redis.asyncio as aioredis
 import structlog
+from starlette.types import ASGIApp
 
 from bastion.access import AccessControl, AllowAll
 from bastion.admin import AdminConfig, AdminConsole, AdminSources, build_console, known_principals
@@ -68,6 +69,8 @@ from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limi
 from bastion.redisconn import ADMIN, RedisClients, open_client
 from bastion.refresh_gate import RefreshRequests
 from bastion.sanitize import SanitizeConfig, SanitizeDefinitions, UpstreamTextCleaner
+from bastion.server.asgi import Guarded, OnRefused
+from bastion.server.checks import HostGuard
 from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
@@ -79,7 +82,7 @@ from bastion.sessions.live import LiveSessions
 from bastion.sessions.redis_store import RedisSessionStore
 from bastion.sessions.store import MemorySessionStore, SessionData, SessionStore
 from bastion.sessions.sweep import IndexedRedisSessions, SessionSweeper, SweptStore
-from bastion.settings import Settings
+from bastion.settings import ListenConfig, Settings
 from bastion.tracing import Tracing, build_tracing
 from bastion.upstream.config import build_upstream
 from bastion.upstream_pool import Member, UpstreamPool
@@ -256,7 +259,7 @@ def build(settings: Settings) -> Components:
         view=lambda: views.view, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
         auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
         approvals=approvals, principals=known_principals(auth_cfg), sessions=lambda: session_count.get("n"),
-        started_at=started_at, restarts=restarts), on_refused=refusals.report) \
+        started_at=started_at, restarts=restarts), guard=_host_guard(admin_cfg, refusals.report)) \
         if admin_cfg.enabled else None
 
     return Components(
@@ -372,3 +375,10 @@ def _pin_store_metrics(metrics: Metrics, store: PinStore) -> Callable[[StoreStat
             metrics.set_redis_up("pins", state == "ok")
 
     return on_store
+
+
+def _host_guard(cfg: AdminConfig, on_refused: OnRefused) -> Callable[[ASGIApp], ASGIApp]:
+    """The admin console's listener behind the same Host check as the gateway's (DNS rebinding: without ``auth``
+    the console trusts loopback peers, and a page on a rebound name is one), its refusals counted alike."""
+    listen = ListenConfig(host=cfg.host, port=cfg.port, allowed_hosts=cfg.allowed_hosts)
+    return lambda app: Guarded(app, HostGuard(listen), on_refused)

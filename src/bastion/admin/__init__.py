@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+
+from starlette.types import ASGIApp
 
 from bastion.admin.config import AdminConfig
 from bastion.admin.console import Console
@@ -11,9 +13,6 @@ from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
 from bastion.auth.config import AuthConfig
 from bastion.principal import Principal
-
-if TYPE_CHECKING:
-    from bastion.server.asgi import OnRefused
 
 __all__ = ["AdminConfig", "AdminConsole", "AdminSources", "build_console", "known_principals"]
 
@@ -37,12 +36,14 @@ class AdminConsole:
         await self.server.stop()
 
 
-def build_console(cfg: AdminConfig, src: AdminSources, on_refused: OnRefused | None = None) -> AdminConsole:
-    """Subscribe to the audit log and build the app; nothing listens until ``start``. ``on_refused`` counts and
-    audits the listener's Host refusals, as the gateway's own (``RefusalReporter.report``)."""
+def build_console(cfg: AdminConfig, src: AdminSources,
+                  guard: Callable[[ASGIApp], ASGIApp] | None = None) -> AdminConsole:
+    """Subscribe to the audit log and build the app; nothing listens until ``start``. ``guard`` puts the app
+    behind the listener's Host check (the gateway's own mechanism, ``server/asgi.Guarded``, wired by the
+    assembly, which knows both)."""
     tap = AuditTap(cfg.live_buffer)
     src.audit_log.listeners.append(tap)
-    console = Console(cfg, src, tap, on_refused=on_refused)
+    console = Console(cfg, src, tap, guard=guard)
     return AdminConsole(console, AdminServer(console.asgi(), cfg.host, cfg.port))
 
 

@@ -1,10 +1,10 @@
 """The console's Starlette app: login, the pages, the live streams, and the admin actions (pins, approvals,
 explain).
 
-Every request passes the listener's Host check first (``HostGuard``, as on the gateway's listener): a loopback
-console answers only to loopback names and ``admin.allowed_hosts`` (421 otherwise), or a page on a rebound DNS name
-could log in as ``loopback-admin`` (without ``auth``, the console trusts loopback peers, and a browser tricked by
-DNS rebinding is one) and approve pins and held calls.
+Every request passes the listener's Host check first (``guard``: ``HostGuard``, as on the gateway's listener, wired
+by the assembly): a loopback console answers only to loopback names and ``admin.allowed_hosts`` (421 otherwise), or
+a page on a rebound DNS name could log in as ``loopback-admin`` (without ``auth``, the console trusts loopback
+peers, and a browser tricked by DNS rebinding is one) and approve pins and held calls.
 
 Every response carries the security headers (strict CSP: scripts and styles only from bastion itself, no inline
 code; no framing; no caching; no referrer). Every page needs a valid session cookie; every POST but the login
@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 import structlog
@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from bastion.admin import pages
 from bastion.admin.config import AdminConfig, is_loopback
@@ -44,9 +45,6 @@ from bastion.policy.cases import tool_entry
 from bastion.policy.explain import decision_json
 from bastion.principal import Principal
 from bastion.stopping import cancel_and_wait
-
-if TYPE_CHECKING:
-    from bastion.server.asgi import OnRefused
 
 log = structlog.get_logger("bastion.admin")
 
@@ -65,9 +63,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 class Console:
     def __init__(self, cfg: AdminConfig, src: AdminSources, tap: AuditTap, *,
-                 clock: Callable[[], float] = time.time, on_refused: OnRefused | None = None) -> None:
+                 clock: Callable[[], float] = time.time, guard: Callable[[ASGIApp], ASGIApp] | None = None) -> None:
         self.cfg = cfg
-        self._on_refused = on_refused
+        self._guard = guard
         self.src = src
         self.tap = tap
         self._clock = clock
@@ -100,13 +98,7 @@ class Console:
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         app = Starlette(routes=routes)
-        # Here, not at the top: bastion.settings imports this package (for AdminConfig), and these import settings.
-        from bastion.server.asgi import Guarded
-        from bastion.server.checks import HostGuard
-        from bastion.settings import ListenConfig
-
-        listen = ListenConfig(host=self.cfg.host, port=self.cfg.port, allowed_hosts=self.cfg.allowed_hosts)
-        guarded = Guarded(app, HostGuard(listen), self._on_refused)
+        guarded: ASGIApp = self._guard(app) if self._guard is not None else app
 
         async def headers(scope: Any, receive: Any, send: Any) -> None:
             async def send_with_headers(message: Any) -> None:

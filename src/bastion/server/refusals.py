@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import structlog
 
 from bastion.audit.record import http_refused_record
+from bastion.bucket import TokenBucket
 from bastion.errors import Refused
 
 __all__ = ["REFUSAL_REASONS", "RefusalReason", "RefusalReporter", "TokenBucket"]
@@ -39,28 +39,6 @@ RefusalReason = Literal[
     "malformed",  # not parseable as HTTP/1.1 (400)
 ]
 REFUSAL_REASONS: tuple[str, ...] = get_args(RefusalReason)
-
-
-@dataclass(slots=True)
-class TokenBucket:
-    """``capacity`` tokens, refilled at ``rate`` per second. Pure apart from the clock it is given."""
-
-    capacity: float
-    rate: float
-    tokens: float = field(init=False)
-    stamp: float | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        self.tokens = self.capacity
-
-    def take(self, now: float) -> bool:
-        if self.stamp is not None:
-            self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 class RefusalReporter:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import structlog
 
-from bastion.server.refusals import TokenBucket
+from bastion.bucket import TokenBucket
 
 __all__ = ["CHUNK_BYTES", "StderrLog", "printable", "pump_stderr"]
 
