@@ -13,6 +13,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from bastion.server.protocol import FrontDoorOptions, front_door_protocol, on_lost
 from tests.support.net import free_port
+from tests.support.uvicorn_server import serving
 
 HEAD = b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -61,16 +62,8 @@ async def serve() -> AsyncIterator[Seen]:
 
     config = uvicorn.Config(app, host="127.0.0.1", port=seen.port, http=front_door_protocol(FrontDoorOptions()),
                             ws="none", lifespan="off", log_config=None, access_log=False)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-        assert not task.done(), task
-    try:
+    async with serving(config):
         yield seen
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
 
 
 async def hang_up(seen: Seen, path: str) -> None:

@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 from bastion.server.answer import JsonResponse
 from bastion.server.protocol import FrontDoorOptions, deliver, front_door_protocol, whole_body
 from tests.support.net import free_port
+from tests.support.uvicorn_server import serving
 
 
 class _Recorded:
@@ -121,16 +122,8 @@ async def serve(gathered: list[list[bytes]] | None = None) -> AsyncIterator[tupl
 
     config = uvicorn.Config(_app, host="127.0.0.1", port=port, http=Recording, ws="none", lifespan="off",
                             log_config=None, access_log=False, date_header=False, server_header=False)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-        assert not task.done(), task
-    try:
+    async with serving(config):
         yield port, writes
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
 
 
 async def _get(port: int, method: str, path: str) -> bytes:

@@ -21,6 +21,7 @@ from bastion.errors import Refused
 from bastion.server.checks import FRONT_LINES, front_lines
 from bastion.server.protocol import FrontDoorOptions, front_door_protocol
 from tests.support.net import free_port
+from tests.support.uvicorn_server import serving
 
 
 @dataclass
@@ -71,16 +72,8 @@ async def serve(**limits: Any) -> AsyncIterator[Front]:
     options = FrontDoorOptions(**{"request_timeout_s": 10.0, **limits}, report=report)
     config = uvicorn.Config(app, host="127.0.0.1", port=front.port, http=front_door_protocol(options), ws="none",
                             lifespan="off", log_config=None, access_log=False, timeout_keep_alive=1)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-        assert not task.done(), task
-    try:
+    async with serving(config):
         yield front
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
 
 
 async def exchange(port: int, *parts: bytes, pause: float = 0.0, timeout: float = 5.0) -> bytes:
