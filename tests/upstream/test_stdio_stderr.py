@@ -17,6 +17,20 @@ from bastion.upstream.stderr import StderrLog, printable, pump_stderr
 from bastion.upstream.stdio import StdioUpstream
 from tests.upstream.helpers import Inbox
 
+# The stdin loop both servers below end with: answers initialize, and every call with its arguments.
+SERVE_ECHO = r'''
+for raw in sys.stdin:
+    msg = json.loads(raw); mid = msg.get("id")
+    if mid is None:
+        continue
+    if msg["method"] == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "stderr-test", "version": "1"}}
+    else:
+        result = {"content": [{"type": "text", "text": json.dumps(msg["params"].get("arguments"))}]}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n"); sys.stdout.flush()
+'''
+
 ESCAPES = "hello \x1b]52;c;ZXZpbA==\x07 \x1b[2J\x1b[31mRED\x1b[0m \u202eevil \x9b31m"
 
 # A raw JSON-RPC server with one tool, echo; a thread writes FLOOD to stderr: lines of 10,000 bytes, endlessly.
@@ -28,34 +42,14 @@ def flood():
     while True:
         os.write(2, line * 8)
 threading.Thread(target=flood, daemon=True).start()
-for raw in sys.stdin:
-    msg = json.loads(raw); mid = msg.get("id")
-    if mid is None:
-        continue
-    if msg["method"] == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "flood", "version": "1"}}
-    else:
-        result = {"content": [{"type": "text", "text": json.dumps(msg["params"].get("arguments"))}]}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n"); sys.stdout.flush()
-'''
+''' + SERVE_ECHO
 
 # One line of 20 MiB (no newline until its end) after a line of escapes, then a short line, then it serves.
 BLOB_SERVER = r'''
 import json, os, sys
 os.write(2, ("\x1b]52;c;ZXZpbA==\x07" + "B" * (20 * 1024 * 1024) + "\n").encode())
 os.write(2, "after the blob \u00e9\n".encode())
-for raw in sys.stdin:
-    msg = json.loads(raw); mid = msg.get("id")
-    if mid is None:
-        continue
-    if msg["method"] == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "blob", "version": "1"}}
-    else:
-        result = {"content": [{"type": "text", "text": "ok"}]}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n"); sys.stdout.flush()
-'''
+''' + SERVE_ECHO
 
 
 def stderr_events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -108,7 +102,7 @@ async def test_an_endless_line_is_logged_cut_without_being_held(tmp_path: Path) 
                 while len(stderr_events(logs, "blob")) < 2:
                     await asyncio.sleep(0.05)
             result = await up.request("tools/call", {"name": "echo", "arguments": {}}, timeout=10)
-            assert result["content"][0]["text"] == "ok"
+            assert result["content"][0]["text"] == "{}"
         finally:
             await up.close()
     blob, after = stderr_events(logs, "blob")[:2]
