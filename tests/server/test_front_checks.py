@@ -12,6 +12,8 @@ from bastion.auth.credentials import CREDENTIAL_SOURCES
 from bastion.errors import HEADER_MISMATCH, INVALID_REQUEST, Refused
 from bastion.server.checks import (
     SINGLETON_HEADERS,
+    AcceptCheck,
+    FrontHeaders,
     HostCheck,
     accepts,
     check_content_type,
@@ -273,3 +275,24 @@ def test_front_headers_answer_every_lookup_as_starlettes_headers() -> None:
 ])
 def test_accept_is_read_by_quality_and_specificity(accept: str | None, expected: tuple[bool, bool]) -> None:
     assert accepts(accept) == expected
+
+
+def test_the_endpoints_accept_check_remembers_verdicts_up_to_its_size() -> None:
+    check = AcceptCheck(size=2)
+    for value in ("application/json, text/event-stream", None, "text/event-stream", "application/json;q=0"):
+        assert check(value) == accepts(value)
+        assert check(value) == accepts(value)  # remembered or not, the same verdict
+    assert len(check._known) == 2
+
+
+def test_front_headers_list_a_checked_singleton_without_scanning_the_lines() -> None:
+    class Unscannable(list[tuple[bytes, bytes]]):
+        def __iter__(self) -> Any:
+            raise AssertionError("lines scanned")
+
+    lines = front_headers([(b"host", b"localhost"), (b"x-api-key", b"k"), (b"accept", b"a"), (b"accept", b"b")])
+    headers = FrontHeaders(lines)
+    headers._list = Unscannable(lines)  # what starlette's getlist walks
+    assert headers.getlist("x-api-key") == ["k"]
+    assert headers.getlist("authorization") == []
+    assert FrontHeaders(lines).getlist("accept") == ["a", "b"]  # not a singleton: starlette's own

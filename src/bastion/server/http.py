@@ -50,8 +50,8 @@ from bastion.server import dispatch as d
 from bastion.server.answer import Answer, http_error_response, json_response
 from bastion.server.checks import (
     FRONT_LINES,
+    AcceptCheck,
     FrontHeaders,
-    accepts,
     check_content_type,
     check_declared_length,
     check_origin,
@@ -82,6 +82,7 @@ class McpEndpoint:
         self.dispatcher = dispatcher
         self.authenticate = authenticate
         self.listen = gateway.settings.listen
+        self._accepts = AcceptCheck()
         self.on_session = on_session
         self._ids = itertools.count(1)
         self.listeners = dispatcher.listeners
@@ -153,7 +154,7 @@ class McpEndpoint:
             if headers.get("mcp-session-id") is None:
                 # No legacy session: the 2026-07-28 revision has no GET stream.
                 raise HttpError(405, "Method Not Allowed: GET needs a legacy session", headers={"Allow": "POST"})
-            _, sse_ok = accepts(headers.get("accept"))
+            _, sse_ok = self._accepts(headers.get("accept"))
             return await self._sessions.stream(request, principal, sse_ok)
         if request.method == "DELETE":
             if headers.get("mcp-session-id") is None:
@@ -184,7 +185,7 @@ class McpEndpoint:
         return b"".join(chunks)
 
     async def _post(self, request: Request, principal: Principal) -> Response:
-        json_ok, sse_ok = accepts(request.headers.get("accept"))
+        json_ok, sse_ok = self._accepts(request.headers.get("accept"))
         if not json_ok:
             # Every POST can be answered in JSON, and is unless the client also accepts a stream: a client that
             # refuses JSON (the revisions require both types in a POST's Accept) is one bastion cannot answer.
