@@ -58,7 +58,12 @@ def _routes(parts: Components) -> list[Route]:
         ok = any(pool.health().values()) and bool(gateway.view.catalogue.version)
         if watcher is not None:
             # The last good policy stays in force after a broken edit, so readiness holds; the status shows it.
-            checks["policy"] = watcher.status
+            # Without its error text and file paths: /readyz answers anyone, and a parse error quotes the
+            # policy (rule ids, principals, tools). They are in the log and on the admin console.
+            status = watcher.status
+            checks["policy"] = {"ok": status["ok"], "version": status["version"], "loaded_at": status["loaded_at"],
+                                "error": "the policy files on disk are invalid; the last good policy is in force"
+                                if status["error"] else None}
         if redis_client is not None:
             # Reported, but not a reason to leave the Service: every Redis use has a declared behaviour while Redis
             # is down (docs/operations.md, "Redis outages"), and with all replicas unready at once a Redis outage

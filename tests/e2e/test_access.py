@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bastion.auth.apikeys import hash_key
@@ -162,4 +163,9 @@ def test_policy_hot_reload_applies_and_a_broken_edit_keeps_the_last_good(secured
     reloads = secured.wait_records("policy.reload", 2)
     assert [r["outcome"] for r in reloads][-2:] == ["applied", "rejected"]
     assert "effect" in reloads[-1]["error"]
+    # /readyz answers anyone: it says the files are broken, not what they contain or where they are.
+    ready = httpx.get(secured.url.rsplit("/", 1)[0] + "/readyz", timeout=5).json()["checks"]["policy"]
+    assert ready["ok"] is False and ready["error"]
+    assert "maybe" not in json.dumps(ready) and "broken" not in json.dumps(ready) and "files" not in ready
+    assert str(secured.policy_dir) not in json.dumps(ready)  # type: ignore[attr-defined]
     rules.write_text(POLICY)
