@@ -78,6 +78,9 @@ class Gateway:
         member = self._pool.member(upstream)
         health = self._pool.monitor
         health.check(upstream)
+        # An answer counts for health only if this request was sent after the latest failure: a dying upstream
+        # finishes calls it had accepted while refusing new ones (``health.machine``).
+        sent_at = health.now()
         try:
             with self.tracing.forward(upstream, method, params) as params:
                 result = await member.upstream.request(method, params, timeout=member.timeout_s,
@@ -88,14 +91,14 @@ class Gateway:
             health.failed(upstream, exc.log_detail or exc.message, soft=isinstance(exc, UpstreamTimeout))
             raise
         except UpstreamRpcError as exc:
-            health.succeeded(upstream)
+            health.succeeded(upstream, sent_at)
             # An upstream's error message reaches the client (and the model): it is upstream text like any other.
             err = self.clean_error(upstream, exc.to_error())
             data = err.get("data")
             raise UpstreamRpcError(exc.code, str(err.get("message", "")),
                                    data=data if isinstance(data, dict) else None,
                                    log_detail=exc.log_detail) from None
-        health.succeeded(upstream)
+        health.succeeded(upstream, sent_at)
         return result
 
     async def audit_unknown_tool(self, principal: Principal, name: str, arguments: dict[str, Any], *,

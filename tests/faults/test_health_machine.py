@@ -67,6 +67,26 @@ def test_a_success_between_failures_resets_the_count() -> None:
     assert h.state == "degraded"
 
 
+def test_a_late_answer_to_a_request_sent_before_the_failure_changes_nothing() -> None:
+    # An upstream shutting down finishes the calls it had accepted while refusing new ones: the answer to a call
+    # sent at 1.5 arrives after the failures at 2 and 3, and says nothing about now.
+    h = m.connected(m.initial(0.0), 1.0)
+    h = m.failed(h, 2.0, "connection refused", failures_to_down=2)
+    assert m.succeeded(h, 2.5, sent_at=1.5) is h  # still degraded, still counting
+    h = m.failed(h, 3.0, "probe failed", failures_to_down=2)
+    assert (h.state, h.failed_at) == ("down", 3.0)
+    assert m.succeeded(h, 4.0, sent_at=1.5) is h
+    assert m.succeeded(h, 4.0, sent_at=2.9) is h
+    back = m.succeeded(h, 5.0, sent_at=3.5)  # a probe sent after the failure answered: it is back
+    assert (back.state, back.since, back.failures) == ("up", 5.0, 0)
+    assert m.succeeded(h, 5.0).state == "up"  # sent at an unknown time: counts, as before
+    # Losing the connection or restarting counts as the latest failure too.
+    gone = m.disconnected(m.connected(m.initial(0.0), 0.0), 6.0, "stream closed")
+    assert m.succeeded(gone, 7.0, sent_at=5.0) is gone
+    restarting = m.restarting(m.connected(m.initial(0.0), 0.0), 6.0, "exit code -9")
+    assert m.succeeded(restarting, 7.0, sent_at=5.0) is restarting
+
+
 def test_timed_out_calls_degrade_but_never_bring_an_upstream_down() -> None:
     h = m.connected(m.initial(0.0), 0.0)
     for at in (1.0, 2.0, 3.0, 4.0):
@@ -205,5 +225,59 @@ async def test_a_suspect_signal_probes_at_once_without_counting_as_a_failure() -
         monitor.suspect("a", "GET stream ended")
         await _until(lambda: monitor.status("a").state == "degraded")
         assert "connection refused" in monitor.status("a").reason
+    finally:
+        await monitor.close()
+
+
+async def test_a_late_answer_does_not_recover_a_down_upstream_but_a_later_probe_does() -> None:
+    cfg = HealthConfig(probe_interval_s=3600, recovery_interval_s=0.05, probe_jitter=0.0, failures_to_down=2,
+                       hide_after_s=None)
+    monitor = HealthMonitor(["a"], cfg)
+    target = FakeUpstream()
+    monitor.probe = target.probe
+    recovered: list[str] = []
+    monitor.on_recovered = recovered.append
+    monitor.connected("a")
+    recovered.clear()
+    monitor.start()
+    try:
+        sent = monitor.now()  # a call goes out
+        target.answer = UpstreamUnavailable("a", log_detail="connection refused")
+        monitor.failed("a", "POST: ConnectError")  # another call fails; the probe confirms
+        await _until(lambda: monitor.status("a").state == "down")
+        monitor.succeeded("a", sent_at=sent)  # the first call's answer arrives, late
+        assert monitor.status("a").state == "down" and recovered == []
+        assert monitor.snapshot()["a"]["state"] == "down"
+        target.answer = None
+        await _until(lambda: monitor.status("a").state == "up")  # a probe sent after the failure answered
+        assert recovered == ["a"]
+    finally:
+        await monitor.close()
+
+
+async def test_a_probe_answer_made_stale_by_a_failure_meanwhile_is_followed_by_another_probe() -> None:
+    cfg = HealthConfig(probe_interval_s=3600, recovery_interval_s=3600, probe_jitter=0.0, failures_to_down=3,
+                       hide_after_s=None)
+    monitor = HealthMonitor(["a"], cfg)
+    entered, release = asyncio.Event(), asyncio.Event()
+    probes: list[float] = []
+
+    async def probe(name: str, timeout: float) -> bool:
+        probes.append(monitor.now())
+        if len(probes) == 1:
+            entered.set()
+            await release.wait()
+        return True
+
+    monitor.probe = probe
+    monitor.connected("a")
+    monitor.start()
+    try:
+        monitor.suspect("a", "stream ended")  # the first probe goes out and is held
+        await asyncio.wait_for(entered.wait(), 2)
+        monitor.failed("a", "POST: ConnectError")  # a call fails while the probe is out
+        release.set()
+        await _until(lambda: len(probes) == 2)  # its answer was stale: probed again, not after an hour
+        await _until(lambda: monitor.status("a").state == "up")
     finally:
         await monitor.close()

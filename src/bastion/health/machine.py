@@ -14,11 +14,17 @@ States:
 An answer of any kind (a result, a JSON-RPC error, a tool's ``isError``) is a success: the upstream is there.
 Transport failures (unreachable, died, refused, no answer in time) are failures. ``since`` moves only when the
 state changes, so "down since 12:03" stays true while the reasons of later failures are updated.
+
+An answer counts only if its request was sent after the latest failure (``sent_at``): an upstream shutting down
+finishes the calls it had accepted while it already refuses new ones, and the late answer to a call sent before
+the failure says nothing about now. It must not bring a ``down`` upstream back ``up`` (and refresh its lists,
+and report it ready) while nothing new can reach it; the next probe, sent after the failure, decides.
 """
 
 from __future__ import annotations
 
 import re
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -34,6 +40,7 @@ class Health:
     reason: str
     since: float  # when the state last changed (the caller's clock)
     failures: int = 0  # consecutive failures
+    failed_at: float = -math.inf  # when the latest failure (or loss of the connection) was seen
 
     @property
     def answering(self) -> bool:
@@ -45,14 +52,19 @@ def initial(at: float) -> Health:
     return Health("down", "not connected yet", at)
 
 
-def _to(health: Health, state: HealthState, reason: str, at: float, failures: int) -> Health:
+def _to(health: Health, state: HealthState, reason: str, at: float, failures: int,
+        failed_at: float | None = None) -> Health:
     since = health.since if state == health.state else at
-    return Health(state, reason, since, failures)
+    return Health(state, reason, since, failures, health.failed_at if failed_at is None else failed_at)
 
 
-def succeeded(health: Health, at: float) -> Health:
+def succeeded(health: Health, at: float, sent_at: float | None = None) -> Health:
+    """An answer arrived at ``at`` to a request sent at ``sent_at`` (None: not known, counts as fresh). An answer
+    to a request sent before the latest failure is stale and changes nothing (see the module docstring)."""
     if health.state == "up" and health.failures == 0:
         return health  # the hot path: nothing to allocate
+    if sent_at is not None and sent_at < health.failed_at:
+        return health
     return _to(health, "up", "answering", at, 0)
 
 
@@ -61,13 +73,13 @@ def failed(health: Health, at: float, reason: str, *, failures_to_down: int, sof
     tool rather than a sick upstream; it degrades a healthy upstream (so a probe decides) but never counts
     towards ``down``, or a burst of slow calls would make a live upstream refuse everything."""
     if health.state == "restarting":
-        return replace(health, failures=health.failures + 1)
+        return replace(health, failures=health.failures + 1, failed_at=at)
     if soft:
-        return _to(health, "degraded", reason, at, health.failures) if health.state == "up" else health
+        return _to(health, "degraded", reason, at, health.failures, at) if health.state == "up" else health
     failures = health.failures + 1
     if health.state == "down" or failures >= failures_to_down:
-        return _to(health, "down", reason, at, failures)
-    return _to(health, "degraded", reason, at, failures)
+        return _to(health, "down", reason, at, failures, at)
+    return _to(health, "degraded", reason, at, failures, at)
 
 
 def connected(health: Health, at: float) -> Health:
@@ -77,11 +89,11 @@ def connected(health: Health, at: float) -> Health:
 
 def disconnected(health: Health, at: float, reason: str) -> Health:
     """Connecting failed, or the connection is gone and nobody is re-establishing it on its own."""
-    return _to(health, "down", reason, at, health.failures + 1)
+    return _to(health, "down", reason, at, health.failures + 1, at)
 
 
 def restarting(health: Health, at: float, reason: str) -> Health:
-    return _to(health, "restarting", reason, at, health.failures)
+    return _to(health, "restarting", reason, at, health.failures, at)
 
 
 # The reasons, or leading parts of reasons, that are bastion's own words. A reason is mostly built from the error

@@ -105,10 +105,16 @@ class HealthMonitor:
 
     # -- signals ------------------------------------------------------------------------------------------------
 
-    def succeeded(self, name: str) -> None:
+    def now(self) -> float:
+        """The monitor's clock: what a caller reads before sending a request, for ``succeeded(sent_at=...)``."""
+        return self._clock()
+
+    def succeeded(self, name: str, sent_at: float | None = None) -> None:
+        """An answer arrived. ``sent_at`` (``now()`` when the request was sent): an answer to a request sent
+        before the latest failure is stale and changes nothing (``machine.succeeded``)."""
         health = self._health.get(name)
         if health is not None and (health.state != "up" or health.failures):
-            self._set(name, m.succeeded(health, self._clock()))
+            self._set(name, m.succeeded(health, self._clock(), sent_at))
 
     def failed(self, name: str, reason: str, *, soft: bool = False) -> None:
         """A call at the transport level failed: count it (``soft``: a timeout, see ``machine.failed``) and
@@ -203,15 +209,16 @@ class HealthMonitor:
             if self._clock() >= next_probe:
                 await self._probe_once(name)
                 last_probe = self._clock()
-                self._probe_soon.discard(name)
                 state = self._health[name].state
                 next_probe = last_probe + self._interval(self._health[name])
                 await self._publish_hidden()
 
     async def _probe_once(self, name: str) -> None:
         if self.probe is None or self._health[name].state == "restarting":
+            self._probe_soon.discard(name)
             return  # a restarting transport reports for itself when it is back
         timeout = self.config.probe_timeout_s
+        sent = self._clock()
         try:
             # The outer deadline bounds the probe even if a transport's own clean-up were to hang.
             async with asyncio.timeout(timeout + 1.0):
@@ -224,7 +231,11 @@ class HealthMonitor:
             self._probe_soon.discard(name)
             return
         if probed:
-            self.succeeded(name)
+            self.succeeded(name, sent_at=sent)
+        if self._health[name].failed_at <= sent:
+            # A failure seen while this probe was out made its answer stale: that failure's own request for a
+            # probe stays, and the next probe (at least ``_MIN_PROBE_GAP_S`` later) decides.
+            self._probe_soon.discard(name)
 
     async def _publish_hidden(self) -> None:
         now = self._clock()
