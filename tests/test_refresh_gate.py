@@ -57,6 +57,35 @@ async def test_a_held_gate_opens_with_the_publish_of_the_list_that_closed_it() -
     assert gate.published({"a": generation}) == ["a"]
 
 
+async def test_an_unreachable_upstreams_closed_gate_stays_closed_but_holds_nobody() -> None:
+    gate = RefreshGate()
+    gate.announce("a")
+    waiter = asyncio.create_task(gate.wait_open("a", 5))
+    await asyncio.sleep(0)
+    started = asyncio.get_running_loop().time()
+    gate.unreachable("a", "list refresh failed: connection refused")  # its refresh cannot succeed now
+    assert await waiter is False  # woken at once, not after 5 s
+    assert asyncio.get_running_loop().time() - started < 1
+    assert gate.is_closed("a")  # nothing unchecked gets through: the gate itself stays closed
+    assert gate.unreachable_reason("a") == "list refresh failed: connection refused"
+    assert await asyncio.wait_for(gate.wait_open("a", 5), 1) is False  # later calls do not wait either
+    gate.reachable("a")  # it answered again: calls wait for the refresh as usual
+    assert gate.unreachable_reason("a") is None
+    assert await gate.wait_open("a", 0.05) is False  # waited, timed out
+    waiter = asyncio.create_task(gate.wait_open("a", 5))
+    await asyncio.sleep(0)
+    assert gate.published({"a": gate.generation("a")}) == ["a"]
+    assert await waiter is True
+
+
+async def test_an_unreachable_upstream_with_an_open_gate_is_left_to_the_forward() -> None:
+    gate = RefreshGate()
+    gate.unreachable("a", "upstream is down")
+    assert not gate.is_closed("a") and await gate.wait_open("a", 0.01)
+    gate.announce("a")  # the gate closes while it is down: nobody waits
+    assert await asyncio.wait_for(gate.wait_open("a", 5), 1) is False
+
+
 async def test_refresh_requests_wake_the_refresher_and_gate_only_when_asked() -> None:
     requests = RefreshRequests()
     assert await requests.wait(0.01) is False  # nothing asked: the periodic refresh's turn

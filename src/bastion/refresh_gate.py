@@ -25,6 +25,8 @@ class RefreshGate:
     def __init__(self) -> None:
         self._closed: dict[str, asyncio.Event] = {}
         self._generation: dict[str, int] = {}
+        # Why an upstream cannot answer right now (the pool's word; see ``unreachable``).
+        self._unreachable: dict[str, str] = {}
 
     def generation(self, upstream: str) -> int:
         return self._generation.get(upstream, 0)
@@ -48,6 +50,25 @@ class RefreshGate:
                 opened.append(upstream)
         return opened
 
+    def unreachable(self, upstream: str, reason: str) -> None:
+        """``upstream`` cannot answer (down, or its lists could not be fetched): a closed gate stays closed, but
+        nobody waits on it any longer. Wakes the calls waiting now."""
+        self._unreachable[upstream] = reason
+        event = self._closed.get(upstream)
+        if event is not None:
+            # Waiters wake, find the gate still closed and the upstream unreachable, and give up; the gate stays
+            # closed on a fresh event.
+            self._closed[upstream] = asyncio.Event()
+            event.set()
+
+    def reachable(self, upstream: str) -> None:
+        """``upstream`` answered again: calls wait for a closed gate as usual."""
+        self._unreachable.pop(upstream, None)
+
+    def unreachable_reason(self, upstream: str) -> str | None:
+        """Why ``upstream`` cannot answer, or None when it is not known to be unreachable."""
+        return self._unreachable.get(upstream)
+
     def is_closed(self, upstream: str) -> bool:
         return upstream in self._closed
 
@@ -55,7 +76,8 @@ class RefreshGate:
         return sorted(self._closed)
 
     async def wait_open(self, upstream: str, timeout_s: float) -> bool:
-        """Wait until ``upstream``'s gate is open (or was never closed); False when ``timeout_s`` passed first.
+        """Wait until ``upstream``'s gate is open (or was never closed); False when ``timeout_s`` passed first, or
+        at once when the gate is closed and the upstream unreachable (``unreachable_reason`` says why).
 
         Loops because a gate can close again right after opening (a second announcement): the caller wants an
         open gate, not merely the end of one closed period.
@@ -63,6 +85,8 @@ class RefreshGate:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while (event := self._closed.get(upstream)) is not None:
+            if upstream in self._unreachable:
+                return False
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False

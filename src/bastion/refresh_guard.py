@@ -5,7 +5,9 @@ receiving the call. Two checks:
 
 1. When the tool's upstream is gated (it announced a tools change, or listed different definitions), wait for
    the refresh to publish a view that compared the new definitions with their pins, at most ``timeout_s``;
-   then refuse with ``CatalogueChanging`` rather than forward on a definition nobody checked.
+   then refuse with ``CatalogueChanging`` rather than forward on a definition nobody checked. An upstream that
+   cannot answer (down, or the refresh could not reach it) is not waited for: the call is refused at once with
+   ``UpstreamUnavailable`` (-31002), what the forward would have said, instead of -31010's "retry shortly".
 2. The tool as the current view has it must be the definition the call was resolved and checked against: a tool
    quarantined or removed meanwhile answers like an unknown tool (as the quarantine guard does), a changed one
    is refused so the client lists again, and its arguments are validated against the new schema.
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 from bastion.call import CallContext, CallRecord
-from bastion.errors import CatalogueChanging, UnknownTool
+from bastion.errors import CatalogueChanging, UnknownTool, UpstreamUnavailable
 from bastion.refresh_gate import RefreshGate
 from bastion.view import View
 
@@ -39,6 +41,11 @@ class RefreshGateGuard:
             opened = await gate.wait_open(entry.upstream, self._timeout_s)
             record.extra["refresh_wait_ms"] = round((time.perf_counter() - started) * 1000, 3)
             if not opened:
+                unreachable = gate.unreachable_reason(entry.upstream)
+                if unreachable is not None:
+                    # The gate stays closed (nothing unchecked is forwarded), but a refresh cannot succeed now.
+                    record.reason = f"upstream {entry.upstream!r} unavailable while its definitions were gated"
+                    raise UpstreamUnavailable(entry.upstream, log_detail=unreachable)
                 record.reason = f"definitions of upstream {entry.upstream!r} still being checked"
                 raise CatalogueChanging(entry.upstream, entry.public_name, timeout_s=self._timeout_s)
         view = self._view()

@@ -20,6 +20,8 @@ from bastion.catalogue import UpstreamLists
 from bastion.catalogue_limits import CatalogueLimits, LimitDrop, ListBudget, ListKind
 from bastion.errors import RequestError, UpstreamRpcError
 from bastion.health import HealthConfig, HealthMonitor
+from bastion.health import machine as health_machine
+from bastion.health.machine import Health
 from bastion.health.monitor import Transition
 from bastion.refresh_gate import RefreshRequests
 from bastion.stopping import cancel_and_wait
@@ -83,8 +85,13 @@ class UpstreamPool:
         # Health is tracked apart from "connected" (``_up``): a connected upstream can die later, and its state
         # (up, degraded, down, restarting) drives readiness, metrics (``on_health``), fail-fast calls and hidden
         # tools (``on_hidden``). The pool probes for it and refreshes the lists of an upstream that recovered.
+        # The refresh gate hears of it too: it never holds calls for an upstream that cannot answer them.
+        self._on_health = on_health
         self.monitor = HealthMonitor(self._order, health or HealthConfig(), probe=self._probe,
-                                     on_recovered=self._recovered, on_transition=on_health, on_hidden=on_hidden)
+                                     on_recovered=self._recovered, on_transition=self._health_changed,
+                                     on_hidden=on_hidden)
+        for name in self._order:
+            self.gate.unreachable(name, f"upstream is down: {self.monitor.status(name).reason}")
 
     @property
     def names(self) -> list[str]:
@@ -115,6 +122,15 @@ class UpstreamPool:
         # with other tools, so its lists are fetched again.
         if self._up.get(name):
             self.mark_dirty(name)
+
+    def _health_changed(self, name: str, old: Health, new: Health) -> None:
+        if health_machine.refuses_calls(new):
+            # Calls to it fail fast; a closed refresh gate must not make them wait for a refresh that cannot work.
+            self.gate.unreachable(name, f"upstream is down: {new.reason}")
+        elif new.state == "up":
+            self.gate.reachable(name)
+        if self._on_health is not None:
+            self._on_health(name, old, new)
 
     def _watch_transport(self, name: str) -> None:
         watch = getattr(self._members[name].upstream, "watch", None)
@@ -214,8 +230,15 @@ class UpstreamPool:
                     self._up[item] = True
                 except RequestError as exc:
                     log.warning("upstream.refresh_failed", upstream=item, error=exc.message, detail=exc.log_detail)
-                    if not isinstance(exc, UpstreamRpcError):  # an error answer is still an answer
-                        self.monitor.failed(item, f"list refresh failed: {exc.log_detail or exc.message}")
+                    if isinstance(exc, UpstreamRpcError):  # an error answer is still an answer
+                        self.gate.reachable(item)
+                    else:
+                        reason = f"list refresh failed: {exc.log_detail or exc.message}"
+                        self.monitor.failed(item, reason)
+                        if self.monitor.status(item).state != "restarting":
+                            # Its tools' calls fail fast rather than wait for a refresh that cannot reach it. (A
+                            # restarting transport is being re-established: its calls wait, as they do ungated.)
+                            self.gate.unreachable(item, reason)
                     if self.gate.is_closed(item):
                         # Fail closed: the gated tools stay uncallable until a refresh succeeds; try again soon.
                         self._requests.retry(item, _GATED_RETRY_S)
@@ -255,6 +278,7 @@ class UpstreamPool:
             raise
         if self._on_refresh is not None:
             self._on_refresh(name, "ok")
+        self.gate.reachable(name)  # it answered: calls wait for its gate (if closed) again
         previous = self._lists.get(name)
         if previous is not None and previous == lists:
             # The very object, not an equal one: the view publisher recognises unchanged lists by identity and
