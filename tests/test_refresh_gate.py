@@ -95,8 +95,10 @@ async def test_refresh_requests_wake_the_refresher_and_gate_only_when_asked() ->
     assert requests.gate.is_closed("a") and not requests.gate.is_closed("b")
     assert requests.take(also=["c"]) == {"a", "b", "c"}
     assert await requests.wait(0.01) is False  # taken: the next wait needs a new request
+    assert requests.take_republish() is False
     requests.republish_soon()
     assert await requests.wait(1.0) is True and requests.take() == set()
+    assert requests.take_republish() is True and requests.take_republish() is False
 
 
 async def test_a_pin_recheck_asks_once_per_upstream_until_it_fires() -> None:

@@ -104,6 +104,7 @@ class RefreshRequests:
     def __init__(self, gate: RefreshGate | None = None) -> None:
         self.gate = gate or RefreshGate()
         self._dirty: set[str] = set()
+        self._republish = False
         self._wake = asyncio.Event()
 
     def mark_dirty(self, upstream: str, *, gate: bool = True) -> None:
@@ -116,6 +117,7 @@ class RefreshRequests:
 
     def republish_soon(self) -> None:
         """Rebuild the view from the lists already fetched (a pin approval changed what is quarantined)."""
+        self._republish = True
         self._wake.set()
 
     def retry(self, upstream: str, after_s: float) -> None:
@@ -138,3 +140,8 @@ class RefreshRequests:
         self._wake.clear()
         dirty, self._dirty = self._dirty | set(also), set()
         return dirty
+
+    def take_republish(self) -> bool:
+        """Whether a republish was asked for since the last call (asking again from now on counts anew)."""
+        republish, self._republish = self._republish, False
+        return republish

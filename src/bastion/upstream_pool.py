@@ -41,7 +41,8 @@ _LIST_METHODS = (("tools", "tools/list", "tools"), ("prompts", "prompts/list", "
                  ("resources", "resources/list", "resources"),
                  ("templates", "resources/templates/list", "resourceTemplates"))
 _CAPABILITY = {"tools": "tools", "prompts": "prompts", "resources": "resources", "templates": "resources"}
-# A gated upstream whose refresh failed is tried again this soon (its tools stay gated meanwhile).
+# A gated upstream whose refresh failed is tried again this soon (its tools stay gated meanwhile), then less and
+# less often (up to ``retry_max_s``) while it keeps failing: its health, not this retry, notices its return.
 _GATED_RETRY_S = 1.0
 
 
@@ -81,6 +82,10 @@ class UpstreamPool:
         self.gate = self._requests.gate
         self._fetched_at: dict[str, int] = {}
         self._published: dict[str, UpstreamLists] = {}
+        # The next retry delay of each gated upstream whose refresh keeps failing, and whether the last publish
+        # failed (the next round must publish even if it fetched nothing new).
+        self._gated_retry: dict[str, float] = {}
+        self._publish_failed = False
         self._limit_seen: dict[str, frozenset[tuple[str, str, int]]] = {}
         # Health is tracked apart from "connected" (``_up``): a connected upstream can die later, and its state
         # (up, degraded, down, restarting) drives readiness, metrics (``on_health``), fail-fast calls and hidden
@@ -129,6 +134,10 @@ class UpstreamPool:
             self.gate.unreachable(name, f"upstream is down: {new.reason}")
         elif new.state == "up":
             self.gate.reachable(name)
+            if self.gate.is_closed(name):
+                # Its gated refresh may be backing off: try now, its tools wait for it again.
+                self._gated_retry.pop(name, None)
+                self._requests.mark_dirty(name, gate=False)
         if self._on_health is not None:
             self._on_health(name, old, new)
 
@@ -221,6 +230,11 @@ class UpstreamPool:
             # Debounce: a burst of list_changed notifications (an upstream adding ten tools) costs one refresh.
             await asyncio.sleep(self._debounce_s)
             dirty = self._requests.take(also=periodic)
+            # Publish when there is something new to publish: a fetch that succeeded, a republish asked for, the
+            # periodic round (pin approvals made elsewhere), or a publish that failed last time. A round whose
+            # fetches all failed changed nothing; rebuilding for it would only churn (a gated upstream that stays
+            # unreachable is retried over and over).
+            publish = self._requests.take_republish() or bool(periodic) or self._publish_failed
             for item in sorted(dirty):
                 member = self._members.get(item)
                 if member is None:
@@ -228,6 +242,8 @@ class UpstreamPool:
                 try:
                     await self._load(item)
                     self._up[item] = True
+                    self._gated_retry.pop(item, None)
+                    publish = True
                 except RequestError as exc:
                     log.warning("upstream.refresh_failed", upstream=item, error=exc.message, detail=exc.log_detail)
                     if isinstance(exc, UpstreamRpcError):  # an error answer is still an answer
@@ -240,9 +256,13 @@ class UpstreamPool:
                             # restarting transport is being re-established: its calls wait, as they do ungated.)
                             self.gate.unreachable(item, reason)
                     if self.gate.is_closed(item):
-                        # Fail closed: the gated tools stay uncallable until a refresh succeeds; try again soon.
-                        self._requests.retry(item, _GATED_RETRY_S)
-            await self._publish()
+                        # Fail closed: the gated tools stay uncallable until a refresh succeeds; try again soon,
+                        # then less often while it keeps failing.
+                        delay = self._gated_retry.get(item, _GATED_RETRY_S)
+                        self._gated_retry[item] = min(delay * 2, max(self._retry_max_s, _GATED_RETRY_S))
+                        self._requests.retry(item, delay)
+            if publish:
+                await self._publish()
 
     async def refresh_now(self) -> None:
         """Re-fetch every live upstream and publish (used by tests and the admin CLI)."""
@@ -260,7 +280,9 @@ class UpstreamPool:
         except Exception:
             # The gates stay closed: calls must not reach definitions that were never checked.
             log.exception("catalogue.rebuild_failed")
+            self._publish_failed = True
             return
+        self._publish_failed = False
         self._published = ordered
         opened = self.gate.published(fetched_at)
         if opened:

@@ -19,7 +19,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
+from bastion import upstream_pool
 from bastion.errors import UpstreamUnavailable
 from bastion.health import Health
 from bastion.upstream.base import RelatedMessageHandler
@@ -120,9 +122,10 @@ async def test_a_late_answer_after_the_upstream_died_leaves_it_down_and_its_call
 
 
 async def test_a_gate_closed_when_the_upstream_dies_does_not_hold_its_calls(
-        slow: tuple[Core, MemoryUpstream, Held]) -> None:
+        slow: tuple[Core, MemoryUpstream, Held], monkeypatch: pytest.MonkeyPatch) -> None:
     core, up, _ = slow
     monitor, gate = core.pool.monitor, core.pool.gate
+    monkeypatch.setattr(upstream_pool, "_GATED_RETRY_S", 0.05)  # retry the failing refresh often: churn shows
     # The upstream announces a tools change, then dies before the refresh can fetch the new list.
     up.reachable = False
     await up.announce("notifications/tools/list_changed")
@@ -135,11 +138,20 @@ async def test_a_gate_closed_when_the_upstream_dies_does_not_hold_its_calls(
     assert gate.is_closed("slow")
     await until(lambda: monitor.status("slow").state == "down")
     await call_fails_fast_as_unavailable(core, "slow__wait")
+    # The failing refresh is retried, less and less often, and republishes nothing: the view in force stays the
+    # very same object. (Every 50 ms, as configured here, it would have been tried about 16 times in this second.)
+    view = core.gateway.view
+    with capture_logs() as logs:
+        await asyncio.sleep(1.0)
+    assert core.gateway.view is view
+    assert not [e for e in logs if e["event"] == "catalogue.published"]
+    assert 1 <= len([e for e in logs if e["event"] == "upstream.refresh_failed"]) <= 6
     assert gate.is_closed("slow")
     # Back: the gate opens with a view built from lists fetched after the announcement; calls work.
     up.reachable = True
     await until(lambda: monitor.status("slow").state == "up")
     await until(lambda: not gate.is_closed("slow"))
+    assert core.gateway.view is not view
     result = await core.rpc("tools/call", {"name": "slow__echo", "arguments": {}})
     assert result["content"][0]["text"] == "{}"
 
