@@ -267,3 +267,75 @@ async def test_a_killed_modern_http_upstream_is_probed_with_discover_and_listene
         assert readyz(gw)[0] == 200
     finally:
         gw.stop()
+
+
+@pytest.fixture
+def json_web() -> Iterator[FixtureServer]:
+    # Plain JSON answers: uvicorn finishes them on SIGTERM (SSE answers would end at once), like a production
+    # server stopped with a call in flight.
+    server = FixtureServer("tests.fixtures.basic_server", "--json-response")
+    yield server
+    if server.proc.poll() is None:
+        server.stop()
+
+
+async def test_an_http_upstream_stopped_with_a_call_in_flight_stays_down_and_its_calls_fail_fast(
+        tmp_path: Path, json_web: FixtureServer) -> None:
+    # The hostile-client review's case: SIGTERM while a 3 s call is in flight. uvicorn refuses new connections,
+    # finishes that call, then exits; a call made meanwhile fails and the upstream is declared down; then the
+    # in-flight call's answer arrives. That late answer must not bring the upstream back up (whose refresh would
+    # fail and close its refresh gate): calls must keep failing fast with -31002, never wait out
+    # catalogue.gate_timeout for -31010.
+    gw = GatewayProcess({"auth": "none", "health": HEALTH,
+                         "upstreams": {"slow": {"url": json_web.url, "era": "legacy", "timeout": "10s"}}},
+                        tmp_path).start()
+    try:
+        async with Client(gw.url, mode="legacy") as client:
+            assert "slow__slow" in {t.name for t in (await client.list_tools()).tools}
+            in_flight: dict[str, Any] = {}
+
+            async def long_call() -> None:
+                try:
+                    result = await client.call_tool("slow__slow", {"seconds": 3})
+                    in_flight["text"] = result.content[0].text
+                except Exception as exc:  # what happened is what the assertion below reports
+                    in_flight["error"] = repr(exc)
+
+            published_before = gw.stderr().count("catalogue.published")
+            ups = transitions(metrics(gw), "slow", "up")
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(long_call)
+                await anyio.sleep(0.8)  # the call has reached the upstream
+                json_web.proc.send_signal(signal.SIGTERM)
+                await anyio.sleep(0.3)  # uvicorn stops listening
+                with pytest.raises(Exception) as failure:
+                    await client.call_tool("slow__echo", {"message": "during shutdown"})
+                assert getattr(getattr(failure.value, "error", None), "code", None) == -31002, repr(failure.value)
+                await anyio.to_thread.run_sync(
+                    lambda: wait_until(lambda: state(gw, "slow") == "down", 10, "slow never reported down"))
+            # The in-flight call's answer arrived after the upstream was declared down.
+            assert in_flight.get("text") == "done", in_flight
+            await anyio.to_thread.run_sync(lambda: json_web.proc.wait(timeout=10))
+            # From now on, for as long as it stays down (observed: 35 s and more), every call fails fast.
+            deadline = time.monotonic() + 4.0  # past hide_after and two gate timeouts
+            calls = 0
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                with pytest.raises(Exception) as failure:
+                    await client.call_tool("slow__echo", {"message": "x"})
+                took = time.monotonic() - started
+                code = getattr(getattr(failure.value, "error", None), "code", None)
+                assert code == -31002, f"call {calls}: {failure.value!r} after {took:.2f}s"
+                assert took < 1.0, f"call {calls} took {took:.2f}s"
+                calls += 1
+                await anyio.sleep(0.25)
+            health = readyz(gw)[1]["checks"]["upstream_health"]["slow"]
+            assert (health["state"], health["tools_hidden"]) == ("down", True)
+            assert transitions(metrics(gw), "slow", "up") == ups  # never reported up while it was gone
+        records = [r for r in gw.records("tool.call") if r["tool"]["name"] == "slow__echo"]
+        assert records and all(r["outcome"] == "upstream_unavailable" for r in records)
+        assert not any(r["stage"] == "refresh_gate" for r in records)
+        # Hiding its tools is one publish; a failing refresh would republish every ~1.2 s.
+        assert gw.stderr().count("catalogue.published") - published_before <= 2
+    finally:
+        gw.stop()
