@@ -23,8 +23,8 @@ and report it ready) while nothing new can reach it; the next probe, sent after 
 
 from __future__ import annotations
 
-import re
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
