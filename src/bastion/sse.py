@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["SseDecoder", "SseEvent", "encode_event"]
+__all__ = ["SseDecoder", "SseEvent", "SseEventTooLarge", "encode_event"]
 
 _BOM = "\ufeff"
 
@@ -47,16 +47,27 @@ def encode_event(data: bytes, *, event: str | None = None, id: str | None = None
     return b"\n".join(parts) + b"\n\n"
 
 
+class SseEventTooLarge(ValueError):
+    """An event (its data lines, and the line still arriving) grew past the decoder's ``max_event_bytes``."""
+
+
 class SseDecoder:
     """Feed bytes in any chunking; get complete events out.
 
     ``retry`` holds the last valid reconnection delay (ms) the stream asked for, ``last_event_id`` the last id.
+    With ``max_event_bytes``, an event whose data lines plus the line still arriving pass that many bytes raises
+    ``SseEventTooLarge`` from ``feed`` as soon as they do; the stream cannot be resynchronised after that. A line
+    arriving in many chunks is held as its pieces and joined once, when its end arrives.
     """
 
-    __slots__ = ("_buf", "_data", "_event", "_pending_cr", "_started", "last_event_id", "retry")
+    __slots__ = ("_data", "_event", "_partial", "_parts", "_pending_cr", "_size", "_started", "last_event_id",
+                 "max_event_bytes", "retry")
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self.max_event_bytes = max_event_bytes
+        self._parts: list[bytes] = []  # an unfinished line, as it arrived
+        self._partial = 0  # its length
+        self._size = 0  # the current event's data lines (bytes, with a line break each)
         self._data: list[str] = []
         self._event = ""
         self._pending_cr = False
@@ -69,7 +80,16 @@ class SseDecoder:
             # The previous chunk ended in CR and this LF completes the same CRLF, not an empty line.
             chunk = chunk[1:]
         self._pending_cr = False
-        buf = self._buf + chunk
+        if self._parts:
+            if b"\n" not in chunk and b"\r" not in chunk:
+                # Still the same line: joining it with what came before on every chunk would be quadratic.
+                self._hold(chunk)
+                return
+            buf = b"".join(self._parts) + chunk
+            self._parts = []
+            self._partial = 0
+        else:
+            buf = chunk
         start = 0
         size = len(buf)
         while start < size:
@@ -84,13 +104,24 @@ class SseDecoder:
             else:
                 end, nxt = cr, cr + 1
                 self._pending_cr = True
-            event = self._line(buf[start:end].decode("utf-8", errors="replace"))
+            event = self._line(buf[start:end].decode("utf-8", errors="replace"), end - start)
             start = nxt
             if event is not None:
                 yield event
-        self._buf = buf[start:]
+        if start < size:
+            self._hold(buf[start:] if start else buf)
 
-    def _line(self, line: str) -> SseEvent | None:
+    def _hold(self, piece: bytes) -> None:
+        if piece:
+            self._parts.append(piece)
+            self._partial += len(piece)
+            self._check()
+
+    def _check(self) -> None:
+        if self.max_event_bytes is not None and self._size + self._partial > self.max_event_bytes:
+            raise SseEventTooLarge(f"SSE event over {self.max_event_bytes} bytes")
+
+    def _line(self, line: str, length: int) -> SseEvent | None:
         if not self._started:
             self._started = True
             if line.startswith(_BOM):
@@ -104,6 +135,9 @@ class SseDecoder:
             value = value[1:]
         if name == "data":
             self._data.append(value)
+            self._size += length + 1
+            if self.max_event_bytes is not None and self._size > self.max_event_bytes:
+                self._check()
         elif name == "event":
             self._event = value
         elif name == "id":
@@ -116,6 +150,7 @@ class SseDecoder:
     def _dispatch(self) -> SseEvent | None:
         data, event = self._data, self._event
         self._data, self._event = [], ""
+        self._size = 0
         if not data:
             return None
         return SseEvent(data="\n".join(data), event=event or "message", id=self.last_event_id)

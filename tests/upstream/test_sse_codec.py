@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.sse import SseDecoder, SseEvent, encode_event
+from bastion.sse import SseDecoder, SseEvent, SseEventTooLarge, encode_event
 
 
 def decode(*chunks: bytes) -> tuple[list[SseEvent], SseDecoder]:
@@ -82,3 +82,23 @@ def test_incomplete_event_is_held_back() -> None:
     assert list(decoder.feed(b"data: partial")) == []
     assert list(decoder.feed(b"\n")) == []
     assert list(decoder.feed(b"\n")) == [SseEvent(data="partial")]
+
+
+def test_sse_event_limit_counts_data_lines_and_the_line_still_arriving() -> None:
+    decoder = SseDecoder(100)
+    assert [e.data for e in decoder.feed(b"data: " + b"x" * 90 + b"\n\n")] == ["x" * 90]
+    # Many lines of one event add up; the limit is per event, so the next one starts from nothing.
+    with pytest.raises(SseEventTooLarge):
+        list(decoder.feed(b"data: " + b"y" * 60 + b"\ndata: " + b"y" * 60 + b"\n"))
+    decoder = SseDecoder(100)
+    assert list(decoder.feed(b"data: ")) == []
+    for _ in range(8):
+        assert list(decoder.feed(b"z" * 10)) == []
+    with pytest.raises(SseEventTooLarge):  # a line that never ends is refused as it grows
+        list(decoder.feed(b"z" * 20))
+
+
+def test_sse_line_in_many_chunks_comes_out_whole() -> None:
+    decoder = SseDecoder()
+    events = [e for piece in [b"data: "] + [b"q" * 1000] * 1000 + [b"\n\n"] for e in decoder.feed(piece)]
+    assert events[0].data == "q" * 1_000_000
