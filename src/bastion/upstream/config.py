@@ -5,6 +5,7 @@
       github: {url: "https://host/mcp", headers: {Authorization: "Bearer ${GITHUB_TOKEN}"}, prefix: gh}
       legacy: {url: "https://old/mcp", era: legacy}   # skip era detection: auto (default), legacy or modern
       plain:  {url: "http://10.0.0.5/mcp", http_client: httpx}  # POST through httpx instead of the lean pool
+      big:    {url: "https://big/mcp", max_message_size: 256MiB}  # one message, once decoded (default 64 MiB)
 
 Upstream credentials come only from here (``${VAR}`` is expanded from the environment at load time), never from
 clients, so a client's token can never reach an upstream.
@@ -22,8 +23,9 @@ from typing import Any, Literal
 import httpx
 
 from bastion.errors import ConfigError
-from bastion.units import parse_duration
+from bastion.units import parse_duration, parse_size
 from bastion.upstream.base import EraSetting, Upstream
+from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.connections import H1Pool, eligible
 from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.http_sse import SseUpstream
@@ -38,7 +40,7 @@ Transport = Literal["stdio", "streamable-http", "sse"]
 # everything goes through the shared httpx client, the escape hatch should an upstream need what only httpx does.
 HttpClientSetting = Literal["fast", "httpx"]
 
-_COMMON = {"prefix", "timeout", "max_timeout", "enabled", "era"}
+_COMMON = {"prefix", "timeout", "max_timeout", "enabled", "era", "max_message_size"}
 _ERAS = ("auto", "legacy", "modern")
 # Detect, as the specification asks of dual-era clients. A server that answers server/discover but speaks the
 # handshake era's shapes (the SDK's low-level Server with plain-dict handlers does) needs `era: legacy`.
@@ -78,6 +80,8 @@ class UpstreamConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     era: EraSetting = DEFAULT_ERA
     http_client: HttpClientSetting = "fast"
+    # One message from the upstream, on every transport: a stdio line, an HTTP body or SSE event once decoded.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any], path: str = "upstreams",
@@ -123,8 +127,9 @@ class UpstreamConfig:
         era = data.get("era", DEFAULT_ERA)
         if era not in _ERAS:
             raise ConfigError("era must be 'auto', 'legacy' or 'modern'", path=f"{here}.era")
+        max_message = parse_size(data.get("max_message_size", DEFAULT_MAX_MESSAGE_BYTES), f"{here}.max_message_size")
         common: dict[str, Any] = {"name": name, "prefix": prefix, "timeout": timeout, "max_timeout": max_timeout,
-                                  "enabled": enabled, "era": era}
+                                  "enabled": enabled, "era": era, "max_message_bytes": max_message}
 
         if "command" in data:
             command = data["command"]
@@ -157,9 +162,12 @@ def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient, *,
     """``on_stray(upstream, reason)`` hears of every response dropped because it answered no request of its stream
     (see ``bastion.upstream.session``); the app counts them."""
     if cfg.transport == "stdio":
-        return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd, era=cfg.era, on_stray=on_stray)
+        return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd, era=cfg.era, on_stray=on_stray,
+                             max_message_bytes=cfg.max_message_bytes)
     assert cfg.url is not None
     if cfg.transport == "sse":
-        return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client, on_stray=on_stray)
+        return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client, on_stray=on_stray,
+                           max_message_bytes=cfg.max_message_bytes)
     fast = H1Pool(cfg.name) if cfg.http_client == "fast" and eligible(cfg.url) else None
-    return AutoHttpUpstream(cfg.name, cfg.url, cfg.headers, http_client, era=cfg.era, fast=fast, on_stray=on_stray)
+    return AutoHttpUpstream(cfg.name, cfg.url, cfg.headers, http_client, era=cfg.era, fast=fast, on_stray=on_stray,
+                            max_message_bytes=cfg.max_message_bytes)

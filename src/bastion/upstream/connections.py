@@ -4,7 +4,8 @@ httpx/httpcore's pool walks every pooled connection on each request and probes e
 call, so its cost per call grows with concurrency; that was most of the gateway's CPU per forwarded call. Here
 an idle connection is popped from a LIFO stack per origin (O(1)), and a connection the server closed is noticed
 for free: its protocol saw the FIN while it sat idle. The response head and body are parsed by ``httptools``
-(llhttp) on an ``asyncio.Protocol``: Content-Length, chunked, or read-until-close bodies, gzip/deflate decoded.
+(llhttp) on an ``asyncio.Protocol``: Content-Length, chunked, or read-until-close bodies, gzip/deflate decoded
+within the upstream's message-size limit (``bodies``).
 
 A connection goes back to the stack only when its response was read to the end and allowed keep-alive;
 anything else (an early exit, an error, a cancelled caller) closes it, which is also how a streamed request is
@@ -23,7 +24,6 @@ import re
 import ssl
 import time
 import urllib.request
-import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -34,6 +34,14 @@ from urllib.parse import urlsplit
 import httptools
 
 from bastion.errors import UpstreamUnavailable
+from bastion.upstream.bodies import (
+    ACCEPT_ENCODING,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ContentDecoder,
+    decoded,
+    read_limited,
+    too_large,
+)
 
 __all__ = ["H1Pool", "H1Response", "Target", "eligible"]
 
@@ -43,8 +51,6 @@ _UNSAFE = re.compile(r"[\r\n\x00]")
 # Past this much unread body, stop reading the socket until the consumer catches up (long SSE answers).
 _HIGH_WATER = 256 * 1024
 _LOW_WATER = 64 * 1024
-# RFC 9110: with no Accept-Encoding any coding is acceptable, so say what we decode.
-_ACCEPT_ENCODING = "gzip, deflate"
 # Encoded header blocks kept per pool (a session's headers repeat on every POST); past this many, start over.
 _HEAD_CACHE = 64
 
@@ -272,8 +278,10 @@ class _Broken(Exception):
 
 
 class H1Response:
-    """The head of one answer, and its body to read once: whole (``aread``) or as it arrives (``aiter_bytes``).
-    Header names are lower case."""
+    """The head of one answer, and its body to read once: whole (``aread``), as it arrives (``aiter_bytes``), or
+    as it came over the wire (``aiter_raw``, still content-encoded). Header names are lower case. Decoding is
+    bounded as ``bodies`` describes: ``aread`` refuses a body over its ``limit``, ``aiter_bytes`` yields pieces of
+    at most ``bodies.PIECE`` bytes."""
 
     __slots__ = ("_conn", "_decoder", "_name", "headers", "status_code")
 
@@ -282,43 +290,31 @@ class H1Response:
         self._conn = conn
         self.status_code = conn.status
         self.headers: Mapping[str, str] = conn.headers
-        coding = conn.headers.get("content-encoding", "identity").strip().lower()
-        self._decoder: zlib._Decompress | None = None
-        if coding in ("gzip", "x-gzip"):
-            self._decoder = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-        elif coding == "deflate":
-            self._decoder = zlib.decompressobj()
-        elif coding not in ("identity", ""):
-            raise UpstreamUnavailable(name, log_detail=f"unsupported content-encoding {coding!r}")
+        self._decoder = ContentDecoder.for_headers(name, conn.headers)
 
-    async def aread(self) -> bytes:
+    async def aread(self, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> bytes:
         conn = self._conn
         if self._decoder is None and conn.complete and len(conn.chunks) <= 1:
             # The common case: the whole answer arrived with its head.
             body = conn.chunks.popleft() if conn.chunks else b""
             conn.buffered = 0
+            if len(body) > limit:
+                raise too_large(self._name, limit)
             return body
-        return b"".join([chunk async for chunk in self.aiter_bytes()])
+        return await read_limited(self._name, self.aiter_raw(), self._decoder, limit)
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        return decoded(self.aiter_raw(), self._decoder)
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
         while True:
             try:
                 chunk = await self._conn.next_chunk()
-                if chunk is None:
-                    if self._decoder is not None:
-                        tail = self._decoder.flush()
-                        if tail:
-                            yield tail
-                    return
-                if self._decoder is not None:
-                    chunk = self._decoder.decompress(chunk)
             except _Broken as exc:
                 raise UpstreamUnavailable(self._name, log_detail=str(exc)) from None
-            except zlib.error as exc:
-                self._conn.failure = "undecodable body"
-                raise UpstreamUnavailable(self._name, log_detail=f"undecodable response body: {exc}") from None
-            if chunk:
-                yield chunk
+            if chunk is None:
+                return
+            yield chunk
 
 
 class _Exchange:
@@ -365,8 +361,13 @@ class _Exchange:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            self._pool.give_back(self._target, conn)
+        if conn is None:
+            return
+        if exc is not None:
+            # Whatever failed (a body over the size limit, an undecodable or malformed answer), the connection's
+            # state is no longer trusted, even if its response happened to be read to the end.
+            conn.close()
+        self._pool.give_back(self._target, conn)
 
 
 class H1Pool:
@@ -406,7 +407,7 @@ class H1Pool:
 
     def _encode_head(self, target: Target, headers: Mapping[str, str]) -> tuple[bytes, bytes]:
         """The head around Content-Length's value: what comes before it and what follows, up to the body."""
-        lines = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nAccept-Encoding: {_ACCEPT_ENCODING}"
+        lines = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nAccept-Encoding: {ACCEPT_ENCODING}"
                  f"\r\nContent-Length: \x00"]
         for name, value in headers.items():
             if _UNSAFE.search(name) or _UNSAFE.search(value) or ":" in name:

@@ -26,14 +26,17 @@ from bastion.errors import UpstreamUnavailable
 from bastion.protocol.methods import INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.connections import H1Pool
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.httpio import (
+    HTTPX_HEADERS,
     STREAM_TIMEOUT,
     HttpPeer,
     ResponseLike,
     http_errors,
     is_event_stream,
+    read_body,
     sse_events,
     trace_headers,
 )
@@ -53,8 +56,10 @@ VERSION_HEADER = "MCP-Protocol-Version"
 class HttpUpstream(HttpPeer):
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
-                 backoff_max: float = 30.0, fast: H1Pool | None = None, on_stray: StrayHandler | None = None) -> None:
-        super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast)
+                 backoff_max: float = 30.0, fast: H1Pool | None = None, on_stray: StrayHandler | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast,
+                         max_message_bytes=max_message_bytes)
         self._backoff = Backoff(backoff_initial, backoff_max)
         # Rebuilt once per (re)initialization, so the hot path does no header assembly.
         self._headers = dict(self._base_headers)
@@ -165,7 +170,8 @@ class HttpUpstream(HttpPeer):
                 if is_event_stream(response):
                     await self._read_stream(response, pending)
                 else:
-                    await self._rpc.handle(orjson.loads(await response.aread()), related=pending)
+                    body = await read_body(response, self.name, self._max_message)
+                    await self._rpc.handle(orjson.loads(body), related=pending)
         if not pending.future.done():
             raise UpstreamUnavailable(self.name, log_detail="response ended without an answer")
         return False
@@ -174,10 +180,11 @@ class HttpUpstream(HttpPeer):
         headers = {**self._headers, **extra} if extra else self._headers
         if self._fast is not None and self._target is not None:
             return self._fast.post(self._target, headers, body)
-        return self._client.stream("POST", self._url, content=body, headers=headers, timeout=STREAM_TIMEOUT)
+        return self._client.stream("POST", self._url, content=body, headers={**headers, **HTTPX_HEADERS},
+                                   timeout=STREAM_TIMEOUT)
 
     async def _read_stream(self, response: ResponseLike, pending: Pending) -> None:
-        async for event in sse_events(response):
+        async for event in sse_events(response, self.name, SseDecoder(self._max_message)):
             if event.event == "message" and event.data:
                 await self._rpc.handle(orjson.loads(event.data), related=pending)
                 if pending.future.done():
@@ -185,7 +192,7 @@ class HttpUpstream(HttpPeer):
                     return
 
     async def _refused(self, response: ResponseLike, pending: Pending) -> None:
-        body = await response.aread()
+        body = await read_body(response, self.name, self._max_message)
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -200,7 +207,7 @@ class HttpUpstream(HttpPeer):
         with http_errors(self.name, "POST"):
             async with self._post(orjson.dumps(message)) as response:
                 status = response.status_code
-                await response.aread()
+                await read_body(response, self.name, self._max_message)
         if status >= 300:
             raise UpstreamUnavailable(self.name, log_detail=f"HTTP {status} to a notification")
 
@@ -229,7 +236,8 @@ class HttpUpstream(HttpPeer):
         generation = self._generation
         headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
         headers["Accept"] = "text/event-stream"
-        decoder = SseDecoder()
+        headers.update(HTTPX_HEADERS)
+        decoder = SseDecoder(self._max_message)
         try:
             with http_errors(self.name, "GET"):
                 async with self._client.stream("GET", self._url, headers=headers, timeout=STREAM_TIMEOUT) as response:
@@ -242,7 +250,7 @@ class HttpUpstream(HttpPeer):
                     if response.status_code != 200 or not is_event_stream(response):
                         raise UpstreamUnavailable(self.name, log_detail=f"GET stream HTTP {response.status_code}")
                     self._stream_answered.set()
-                    async for event in sse_events(response, decoder):
+                    async for event in sse_events(response, self.name, decoder):
                         if event.event == "message" and event.data:
                             # bastion never resumes a request's stream here, so a response on it is stray.
                             await self._rpc.handle(orjson.loads(event.data), answers=False)

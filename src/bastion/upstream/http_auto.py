@@ -15,6 +15,7 @@ import httpx
 
 from bastion.errors import UpstreamUnavailable
 from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamEra, UpstreamInfo
+from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.connections import H1Pool
 from bastion.upstream.http import HttpUpstream
 from bastion.upstream.http_modern import ModernHttpUpstream
@@ -28,17 +29,18 @@ class AutoHttpUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  era: EraSetting = "auto", init_timeout: float = 30.0, listen: bool = True,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0, fast: H1Pool | None = None,
-                 on_stray: StrayHandler | None = None) -> None:
+                 on_stray: StrayHandler | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         """``fast``: a keep-alive pool for this upstream's POSTs (see ``connections``); this upstream owns it and
-        closes it in ``close``. Without one, every request goes through ``client``."""
+        closes it in ``close``. Without one, every request goes through ``client``. ``max_message_bytes``: the most
+        one message (a body, an SSE event) may take once decoded; more makes the request fail as unavailable."""
         self.name = name
         self._fast = fast
         self._modern = ModernHttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
                                           backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
-                                          on_stray=on_stray)
+                                          on_stray=on_stray, max_message_bytes=max_message_bytes)
         self._handshake = HttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
                                     backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
-                                    on_stray=on_stray)
+                                    on_stray=on_stray, max_message_bytes=max_message_bytes)
         self._era: UpstreamEra | None = None if era == "auto" else era
         self._active: ModernHttpUpstream | HttpUpstream | None = None
 

@@ -22,15 +22,19 @@ import structlog
 from bastion import __version__
 from bastion.errors import HEADER_MISMATCH, UpstreamRpcError, UpstreamUnavailable
 from bastion.protocol.methods import DISCOVER, LISTEN, TOOLS_CALL, TOOLS_LIST
+from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.connections import H1Pool
 from bastion.upstream.headers import request_headers
 from bastion.upstream.httpio import (
+    HTTPX_HEADERS,
     STREAM_TIMEOUT,
     HttpPeer,
     ResponseLike,
     http_errors,
     is_event_stream,
+    read_body,
     sse_events,
     trace_headers,
 )
@@ -58,8 +62,10 @@ async def _ignore(method: str, params: Mapping[str, Any]) -> None:
 class ModernHttpUpstream(HttpPeer):
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
-                 backoff_max: float = 30.0, fast: H1Pool | None = None, on_stray: StrayHandler | None = None) -> None:
-        super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast)
+                 backoff_max: float = 30.0, fast: H1Pool | None = None, on_stray: StrayHandler | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast,
+                         max_message_bytes=max_message_bytes)
         self._rpc = RpcSession(name, self._send, on_stray=on_stray)
         self._rpc.accept_server_requests = False
         self._rpc.cancel_by_notice = False
@@ -152,13 +158,13 @@ class ModernHttpUpstream(HttpPeer):
         with http_errors(self.name, "POST"):
             async with self._post(pending.message) as response:
                 if is_event_stream(response):
-                    async for event in sse_events(response):
+                    async for event in sse_events(response, self.name, SseDecoder(self._max_message)):
                         if event.event == "message" and event.data:
                             message = orjson.loads(event.data)
                             if isinstance(message, dict) and message.get("id") == pending.id:
                                 return response.status_code, message
                     return response.status_code, None
-                body = await response.aread()
+                body = await read_body(response, self.name, self._max_message)
         try:
             return response.status_code, orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
@@ -172,13 +178,14 @@ class ModernHttpUpstream(HttpPeer):
                 if response.status_code >= 300:
                     await self._refused(response, pending)
                 elif is_event_stream(response):
-                    async for event in sse_events(response):
+                    async for event in sse_events(response, self.name, SseDecoder(self._max_message)):
                         if event.event == "message" and event.data:
                             await self._rpc.handle(orjson.loads(event.data), related=pending)
                             if pending.future.done():
                                 return
                 else:
-                    await self._rpc.handle(orjson.loads(await response.aread()), related=pending)
+                    body = await read_body(response, self.name, self._max_message)
+                    await self._rpc.handle(orjson.loads(body), related=pending)
         if not pending.future.done():
             raise UpstreamUnavailable(self.name, log_detail="response ended without an answer")
 
@@ -187,10 +194,11 @@ class ModernHttpUpstream(HttpPeer):
         headers = self._headers_for(message)
         if self._fast is not None and self._target is not None and message["method"] != LISTEN:
             return self._fast.post(self._target, headers, body)
-        return self._client.stream("POST", self._url, content=body, headers=headers, timeout=STREAM_TIMEOUT)
+        return self._client.stream("POST", self._url, content=body, headers={**headers, **HTTPX_HEADERS},
+                                   timeout=STREAM_TIMEOUT)
 
     async def _refused(self, response: ResponseLike, pending: Pending) -> None:
-        body = await response.aread()
+        body = await read_body(response, self.name, self._max_message)
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError:

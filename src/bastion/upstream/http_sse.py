@@ -20,9 +20,19 @@ import structlog
 from bastion import __version__
 from bastion.errors import UpstreamUnavailable
 from bastion.protocol.methods import INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
+from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
-from bastion.upstream.httpio import STREAM_TIMEOUT, http_errors, is_event_stream, same_origin, sse_events
+from bastion.upstream.httpio import (
+    HTTPX_HEADERS,
+    STREAM_TIMEOUT,
+    http_errors,
+    is_event_stream,
+    read_body,
+    same_origin,
+    sse_events,
+)
 from bastion.upstream.session import Pending, RpcSession, StrayHandler
 from bastion.upstream.supervisor import Backoff, StateListener, Supervisor
 
@@ -35,13 +45,15 @@ log = structlog.get_logger("bastion.upstream")
 class SseUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, backoff_initial: float = 0.5, backoff_max: float = 30.0,
-                 on_stray: StrayHandler | None = None) -> None:
+                 on_stray: StrayHandler | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.name = name
         self._url = url
         self._client = client
         self._init_timeout = init_timeout
-        self._get_headers = {**headers, "Accept": "text/event-stream"}
-        self._post_headers = {**headers, "Content-Type": "application/json"}
+        self._get_headers = {**headers, "Accept": "text/event-stream", **HTTPX_HEADERS}
+        self._post_headers = {**headers, "Content-Type": "application/json", **HTTPX_HEADERS}
+        # The most one message may take once decoded: an SSE event, a POST's answer.
+        self._max_message = max_message_bytes
         self._endpoint: str | None = None
         self._stream: asyncio.Task[None] | None = None
         self._closed = False
@@ -115,7 +127,7 @@ class SseUpstream:
                                                timeout=STREAM_TIMEOUT) as response:
                     if response.status_code != 200 or not is_event_stream(response):
                         raise UpstreamUnavailable(self.name, log_detail=f"SSE GET HTTP {response.status_code}")
-                    async for event in sse_events(response):
+                    async for event in sse_events(response, self.name, SseDecoder(self._max_message)):
                         if event.event == "endpoint" and not endpoint.done():
                             endpoint.set_result(self._endpoint_url(event.data))
                         elif event.event == "message" and event.data:
@@ -151,7 +163,9 @@ class SseUpstream:
         if endpoint is None:
             raise UpstreamUnavailable(self.name, log_detail="not connected")
         with http_errors(self.name, "POST"):
-            response = await self._client.post(endpoint, content=orjson.dumps(message), headers=self._post_headers,
-                                               timeout=STREAM_TIMEOUT)
+            async with self._client.stream("POST", endpoint, content=orjson.dumps(message),
+                                           headers=self._post_headers, timeout=STREAM_TIMEOUT) as response:
+                # The answer comes on the SSE stream; this body (usually "Accepted") is read only to its limit.
+                await read_body(response, self.name, self._max_message)
         if response.status_code >= 300:
             raise UpstreamUnavailable(self.name, log_detail=f"POST HTTP {response.status_code}")

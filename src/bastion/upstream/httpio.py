@@ -1,4 +1,5 @@
-"""What the two HTTP transports share: the httpx error boundary, SSE over a response, origin checks, timeouts."""
+"""What the HTTP transports share: the httpx error boundary, bounded reading of bodies and SSE over a response,
+origin checks, timeouts."""
 
 from __future__ import annotations
 
@@ -12,17 +13,28 @@ import httpx
 import orjson
 
 from bastion.errors import UpstreamUnavailable
-from bastion.sse import SseDecoder, SseEvent
+from bastion.sse import SseDecoder, SseEvent, SseEventTooLarge
 from bastion.tracing.traceparent import parse_traceparent
 from bastion.upstream.base import UpstreamInfo
-from bastion.upstream.connections import H1Pool, Target
+from bastion.upstream.bodies import (
+    ACCEPT_ENCODING,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ContentDecoder,
+    decoded,
+    read_limited,
+    too_large,
+)
+from bastion.upstream.connections import H1Pool, H1Response, Target
 
-__all__ = ["STREAM_TIMEOUT", "ResponseLike", "http_errors", "is_event_stream", "same_origin", "sse_events",
-           "trace_headers"]
+__all__ = ["HTTPX_HEADERS", "STREAM_TIMEOUT", "ResponseLike", "http_errors", "is_event_stream", "read_body",
+           "same_origin", "sse_events", "trace_headers"]
 
 # Our own asyncio deadline governs each request; httpx's read timeout would cut long SSE streams that are merely
 # quiet (a slow tool between progress events), so only connecting and writing are bounded here.
 STREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=10.0)
+# Added to every request sent through httpx: bodies are decoded by ``bodies.ContentDecoder``, not by httpx (whose
+# decoding has no bound), so only its codings may be asked for, whatever httpx would offer with brotli installed.
+HTTPX_HEADERS = {"Accept-Encoding": ACCEPT_ENCODING}
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # W3C Trace Context caps tracestate at 32 members of at most 256 characters; a field value is visible ASCII.
@@ -40,9 +52,7 @@ class ResponseLike(Protocol):
     @property
     def headers(self) -> Mapping[str, str]: ...
 
-    async def aread(self) -> bytes: ...
-
-    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
 
 
 class http_errors:  # a function in use: ``with http_errors(name, "POST"):``
@@ -69,11 +79,37 @@ class http_errors:  # a function in use: ``with http_errors(name, "POST"):``
             raise UpstreamUnavailable(self._upstream, log_detail=f"{self._what}: malformed JSON: {exc}") from None
 
 
-async def sse_events(response: ResponseLike, decoder: SseDecoder | None = None) -> AsyncIterator[SseEvent]:
-    decoder = decoder or SseDecoder()
-    async for chunk in response.aiter_bytes():
-        for event in decoder.feed(chunk):
-            yield event
+async def _read(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+def _raw(response: ResponseLike, upstream: str) -> tuple[AsyncIterator[bytes], ContentDecoder | None]:
+    """The body as it came (and the decoder it needs), or, from an httpx response that was already read when it
+    was made (a mock transport's), that decoded body: httpx then has nothing left to stream."""
+    if isinstance(response, httpx.Response) and response.is_stream_consumed:
+        return _read(response.content), None
+    return response.aiter_raw(), ContentDecoder.for_headers(upstream, response.headers)
+
+
+async def read_body(response: ResponseLike, upstream: str, limit: int) -> bytes:
+    """The whole body, content-decoded, refused with ``UpstreamUnavailable`` as soon as it passes ``limit`` bytes
+    (the upstream's ``max_message_size``). Every body an HTTP upstream sends is read here or by ``sse_events``."""
+    if type(response) is H1Response:
+        return await response.aread(limit)
+    raw, decoder = _raw(response, upstream)
+    return await read_limited(upstream, raw, decoder, limit)
+
+
+async def sse_events(response: ResponseLike, upstream: str, decoder: SseDecoder) -> AsyncIterator[SseEvent]:
+    """The events of an SSE body; ``decoder`` (made with the upstream's ``max_message_size`` as its
+    ``max_event_bytes``) refuses an event over it, raised here as ``UpstreamUnavailable``."""
+    pieces = response.aiter_bytes() if type(response) is H1Response else decoded(*_raw(response, upstream))
+    try:
+        async for piece in pieces:
+            for event in decoder.feed(piece):
+                yield event
+    except SseEventTooLarge:
+        raise too_large(upstream, decoder.max_event_bytes or 0, "SSE event") from None
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -123,8 +159,11 @@ class HttpPeer:
     which client carries which requests, and the headers every POST starts from."""
 
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
-                 init_timeout: float, listen: bool, fast: H1Pool | None) -> None:
+                 init_timeout: float, listen: bool, fast: H1Pool | None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.name = name
+        # The most one message may take once decoded: a JSON body, an error body, an SSE event.
+        self._max_message = max_message_bytes
         self._url = url
         self._client = client
         # POSTs go through the lean keep-alive pool when there is one; httpx keeps the long-lived streams.

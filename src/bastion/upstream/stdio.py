@@ -28,6 +28,7 @@ from bastion.errors import UNSUPPORTED_PROTOCOL_VERSION, UpstreamRpcError, Upstr
 from bastion.protocol.methods import DISCOVER, INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.stopping import finish
 from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamInfo
+from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.modern import (
     discover_verdict,
@@ -54,7 +55,7 @@ class StdioUpstream:
     def __init__(self, name: str, command: Sequence[str], env: Mapping[str, str] | None = None,
                  cwd: str | None = None, *, init_timeout: float = 30.0, backoff_initial: float = 0.5,
                  backoff_max: float = 30.0, shutdown_grace: float = 2.0,
-                 max_message_bytes: int = 64 * 1024 * 1024, era: EraSetting = "auto",
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, era: EraSetting = "auto",
                  probe_timeout: float = 10.0, on_stray: StrayHandler | None = None) -> None:
         if not command:
             raise ValueError("command must not be empty")
