@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from bastion.errors import UPSTREAM_UNAVAILABLE, UpstreamUnavailable
 from bastion.upstream.base import Upstream
@@ -66,6 +67,7 @@ class TinyMcp:
     server: asyncio.Server | None = None
     stream: asyncio.StreamWriter | None = None
     stream_gzip: Any = None
+    session: bool = False  # give a session at initialize, and answer its DELETE with a bomb
 
     @property
     def url(self) -> str:
@@ -96,6 +98,11 @@ class TinyMcp:
             await self.open_stream(writer)
             await reader.read()  # the stream stays open until the client leaves
             return False
+        if method == "DELETE":
+            payload = _squeezed(b"", BOMB, b"")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(payload), payload))
+            return True
         if method != "POST":
             writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
             return True
@@ -134,8 +141,9 @@ class TinyMcp:
             await reader.read()  # the event never ends: only the client leaving ends this answer
             return False
         answer = orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": self.result(message)})
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (len(answer), answer))
+        session = b"Mcp-Session-Id: s1\r\n" if self.session and name == "initialize" else b""
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s"
+                     % (len(answer), session, answer))
         return True
 
     @staticmethod
@@ -235,6 +243,21 @@ async def test_an_answer_over_the_limit_fails_the_call_and_only_it(tiny: TinyMcp
             assert tiny.connections > before
         finally:
             await up.close()
+
+
+async def test_the_answer_to_the_session_delete_is_bounded_too(tiny: TinyMcp) -> None:
+    tiny.session = True
+    cfg = UpstreamConfig.from_mapping("tiny", {"url": tiny.url + "/mcp", "era": "legacy", "max_message_size": "1MiB"})
+    async with httpx.AsyncClient() as http:
+        up = build_upstream(cfg, http)
+        await up.start(Inbox())
+        assert await _echo(up) == "still here"
+        with capture_logs() as logs:
+            raised, peak = await _peak(up.close)
+    assert raised is None
+    assert peak < PEAK, f"{peak} bytes held while refusing a {BOMB}-byte answer to DELETE"
+    failed = [e for e in logs if e["event"] == "upstream.delete_failed"]
+    assert "exceeds max_message_size" in failed[0]["detail"]
 
 
 async def test_legacy_sse_stream_event_over_the_limit_drops_the_stream_then_reconnects(tiny: TinyMcp) -> None:

@@ -105,7 +105,9 @@ class HttpUpstream(HttpPeer):
                 # Bounded: a frozen upstream must not hold the gateway's shutdown.
                 async with asyncio.timeout(CLEANUP_TIMEOUT):
                     with http_errors(self.name, "DELETE"):
-                        await self._client.delete(self._url, headers=self._headers)
+                        async with self._client.stream("DELETE", self._url,
+                                                       headers={**self._headers, **HTTPX_HEADERS}) as response:
+                            await read_body(response, self.name, self._max_message)
             except TimeoutError:
                 log.info("upstream.delete_failed", upstream=self.name, detail=f"no answer within {CLEANUP_TIMEOUT:g} s")
             except UpstreamUnavailable as exc:
