@@ -66,6 +66,9 @@ class SseUpstream:
         return self._supervisor.info
 
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        # Also after ``close`` (the pool retries a failed start on the same object): a stream that ends must make
+        # the supervisor reconnect again, which ``_closed`` would prevent.
+        self._closed = False
         self._rpc.on_notification = on_notification
         return await self._supervisor.start()
 

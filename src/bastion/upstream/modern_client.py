@@ -102,6 +102,11 @@ class Listener:
         self._backoff = backoff
         self._opened = 0
 
+    def reset(self) -> None:
+        """Forget earlier streams: the next acknowledgement is a first one again (an upstream started afresh)."""
+        self._opened = 0
+        self._backoff.reset()
+
     async def run(self) -> None:
         while True:
             started = time.monotonic()

@@ -89,6 +89,10 @@ class StdioUpstream:
         return self._proc.pid if self._proc is not None else None
 
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        # Also after ``close`` (the pool retries a failed start on the same object): a child that dies must be
+        # noticed and restarted again, which ``_closing`` would prevent.
+        self._closing = False
+        self._listener.reset()
         self._rpc.on_notification = on_notification
         return await self._supervisor.start()
 

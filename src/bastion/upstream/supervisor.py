@@ -46,6 +46,10 @@ class Backoff:
             return 0.0
         return float(min(self.maximum, self.initial * 2 ** (attempt - 1)))
 
+    def reset(self) -> None:
+        """Start over, as a new connection does."""
+        self.attempt = 0
+
     def connection_ended(self, uptime: float) -> None:
         # A connection that dies right after coming up is a crash loop: keep escalating instead of resetting.
         if uptime >= self.stable_after:
@@ -75,7 +79,11 @@ class Supervisor:
         return self._state == "connected"
 
     async def start(self) -> UpstreamInfo:
+        """Connect, for the first time or again after ``aclose``: either way from scratch."""
         self._state = "connecting"
+        # After aclose the event is still set (it woke the waiters); left so, ``ready`` would not wait for this start.
+        self._connected.clear()
+        self._backoff.reset()
         try:
             info = await self._connect()
         except BaseException:
