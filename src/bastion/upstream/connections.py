@@ -472,6 +472,10 @@ class H1Pool:
     def idle_count(self) -> int:
         return sum(len(stack) for stack in self._idle.values())
 
+    def reopen(self) -> None:
+        """Connect again after ``aclose``: its owner was closed and is starting again (see ``AutoHttpUpstream``)."""
+        self._closed = False
+
     async def aclose(self) -> None:
         self._closed = True
         stacks, self._idle = self._idle, {}

@@ -77,6 +77,10 @@ class HttpUpstream(HttpPeer):
         self._on_state = listener
 
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        # Also after ``close``: the pool retries a failed start on the same object, which must then act as new.
+        self._closed = False
+        self._stream_answered.clear()
+        self._backoff.reset()
         self._rpc.on_notification = on_notification
         info = await self._initialize()
         if self._listen_enabled:
@@ -99,7 +103,9 @@ class HttpUpstream(HttpPeer):
 
     async def close(self) -> None:
         self._closed = True
-        await self._rpc.aclose()
+        self._info = None
+        await self._rpc.aclose()  # also ends the GET stream's task
+        self._listener = None
         if self._session_id is not None:
             try:
                 # Bounded: a frozen upstream must not hold the gateway's shutdown.

@@ -2,8 +2,10 @@
 
 The probe is a modern ``server/discover`` POST (see ``ModernHttpUpstream.detect``); a server that answers it as a
 2026-07-28 server is served statelessly, anything else falls back to the ``initialize`` handshake. The verdict
-is a property of the server, so it is kept for this upstream's lifetime (its origin): reconnects after an outage
-skip the probe. A pinned ``era`` skips it altogether.
+is a property of the server, so it is kept while this upstream is connected: a session re-initialized after an
+outage skips the probe. ``close`` forgets it, so the next ``start`` (the pool's retry after a failed connect) probes
+again, as a new upstream would: the server answering then may be another build. A pinned ``era`` skips the probe
+altogether.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ class AutoHttpUpstream:
                  era: EraSetting = "auto", init_timeout: float = 30.0, listen: bool = True,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0, fast: H1Pool | None = None,
                  on_stray: StrayHandler | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
-        """``fast``: a keep-alive pool for this upstream's POSTs (see ``connections``); this upstream owns it and
-        closes it in ``close``. Without one, every request goes through ``client``. ``max_message_bytes``: the most
-        one message (a body, an SSE event) may take once decoded; more makes the request fail as unavailable."""
+        """``fast``: a keep-alive pool for this upstream's POSTs (see ``connections``); this upstream owns it,
+        closes it in ``close`` and reopens it in ``start``. Without one, every request goes through ``client``.
+        ``max_message_bytes``: the most one message (a body, an SSE event) may take once decoded; more makes the
+        request fail as unavailable."""
         self.name = name
         self._fast = fast
         self._modern = ModernHttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
@@ -41,12 +44,13 @@ class AutoHttpUpstream:
         self._handshake = HttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
                                     backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
                                     on_stray=on_stray, max_message_bytes=max_message_bytes)
-        self._era: UpstreamEra | None = None if era == "auto" else era
+        self._pinned: UpstreamEra | None = None if era == "auto" else era
+        self._era = self._pinned
         self._active: ModernHttpUpstream | HttpUpstream | None = None
 
     @property
     def era(self) -> UpstreamEra | None:
-        """The remembered era, ``None`` until the first probe."""
+        """The remembered era, ``None`` until the first probe (and again after ``close``)."""
         return self._era
 
     @property
@@ -54,6 +58,8 @@ class AutoHttpUpstream:
         return self._active.info if self._active is not None else None
 
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        if self._fast is not None:
+            self._fast.reopen()  # closed by an earlier ``close``: the pool retries a failed start on this object
         if self._era is None:
             self._era = "modern" if await self._modern.detect() == "modern" else "legacy"
         active: ModernHttpUpstream | HttpUpstream = self._modern if self._era == "modern" else self._handshake
@@ -76,6 +82,8 @@ class AutoHttpUpstream:
             await self._active.notify(method, params)
 
     async def close(self) -> None:
+        self._active = None
+        self._era = self._pinned
         await self._modern.close()
         await self._handshake.close()
         if self._fast is not None:

@@ -94,6 +94,8 @@ class ModernHttpUpstream(HttpPeer):
         return verdict
 
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
+        # Also after ``close``: the pool retries a failed start on the same object, which must then act as new.
+        self._closed = False
         self._rpc.on_notification = on_notification
         if self._info is None:
             result = await self._rpc.call(DISCOVER, envelope(None, __version__), timeout=self._init_timeout,
@@ -129,7 +131,12 @@ class ModernHttpUpstream(HttpPeer):
 
     async def close(self) -> None:
         self._closed = True
-        await self._rpc.aclose()
+        # Discovered again at the next start: the server that answers then may have changed.
+        self._info = None
+        self._calls = ModernCalls(self.name)
+        await self._rpc.aclose()  # also ends the subscriptions/listen task
+        self._listening = None
+        self._listener.reset()
 
     # -- requests --------------------------------------------------------------------------------------------
 
