@@ -191,7 +191,8 @@ class UpstreamPool:
             self._up[name] = False
             self.monitor.disconnected(name, exc.log_detail or exc.message)
             # A half-started upstream (a spawned child that never answered, a listener task) must not outlive
-            # this attempt: the next retry starts from scratch, so nothing accumulates.
+            # this attempt: the next retry starts the same object from scratch (``Upstream``'s restart contract), so
+            # nothing accumulates.
             with contextlib.suppress(Exception):
                 await member.upstream.close()
             return False

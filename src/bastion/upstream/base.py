@@ -46,6 +46,12 @@ class Upstream(Protocol):
     cancels the upstream request the same way. Request ids and progress tokens are the transport's own, so
     callers may pass any ``params``: a client's ``progressToken`` is rewritten on the way out and restored on the
     way back.
+
+    Every transport is restartable: ``start`` after ``close`` (whether the earlier ``start`` failed or succeeded)
+    connects from scratch, exactly as on a new object. The pool relies on it: it keeps one object per upstream for
+    the gateway's lifetime (the view publisher, the health wiring and the admin pages hold it), closes a half-started
+    one after a failed connect and starts the same object again at its next retry. ``tests/upstream/test_restart.py``
+    checks this for every transport class.
     """
 
     name: str
@@ -55,7 +61,8 @@ class Upstream(Protocol):
         """``None`` until connected."""
 
     async def start(self, on_notification: NotificationHandler) -> UpstreamInfo:
-        """Connect (spawn, initialize or discover). Raises ``UpstreamUnavailable`` on failure."""
+        """Connect (spawn, initialize or discover), also again after ``close``. Raises ``UpstreamUnavailable`` on
+        failure, after which the caller calls ``close`` to release what the attempt left behind."""
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout: float,
                       on_message: RelatedMessageHandler | None = None) -> dict[str, Any]: ...
@@ -63,4 +70,5 @@ class Upstream(Protocol):
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None: ...
 
     async def close(self) -> None:
-        """Shut down cleanly (stdio: close stdin, then SIGTERM, then SIGKILL; HTTP: DELETE the session)."""
+        """Shut down cleanly (stdio: close stdin, then SIGTERM, then SIGKILL; HTTP: DELETE the session). Not final:
+        a later ``start`` connects again."""
