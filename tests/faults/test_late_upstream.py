@@ -1,14 +1,18 @@
-"""An HTTP upstream that is not there when the gateway starts connects once it is.
+"""An upstream that is not there when the gateway starts connects once it is.
 
 The gateway starts with a Streamable HTTP upstream whose port nobody listens on (or whose server fails the
 handshake); a few seconds later the real fixture server comes up on that port. The pool's connect retry must then
 connect it: its tools become callable and ``/readyz`` reports it up. Meanwhile ``/readyz`` gives the real reason it
-is down at every retry, not an artefact of the previous attempt (``client closed``, ``not connected``).
+is down at every retry, not an artefact of the previous attempt (``client closed``, ``not connected``). A stdio
+upstream connected that way must still be restarted when its child dies.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.gateway import GatewayProcess
+from tests.faults.procs import cmdline, descendants
+from tests.support.gateway import REPO, GatewayProcess
 from tests.support.net import free_port
 from tests.support.rpc import RpcClient
 from tests.upstream.helpers import HttpServer
@@ -136,3 +141,43 @@ def test_an_http_upstream_that_comes_up_late_connects(tmp_path: Path, port: int,
         gw.stop()
         if broken is not None:
             broken.stop()
+
+
+def test_a_stdio_upstream_that_starts_late_is_restarted_after_a_crash(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    # The child exits at once until the gate file exists.
+    command = ["/bin/sh", "-c", f'[ -e "{gate}" ] || exit 3; exec "{sys.executable}" -m '
+               "tests.fixtures.basic_server --transport stdio"]
+    gw = GatewayProcess({"auth": "none",
+                         "upstreams": {"late": {"command": command, "cwd": str(REPO), "era": "legacy"}}}, tmp_path)
+    try:
+        gw.start(expect_ready=False)
+        # Before the fix, the second attempt's child exited unnoticed (the first attempt's close had marked the
+        # upstream as shutting down), so the attempt hung until the 30 s initialize timeout.
+        wait_until(lambda: len(failed_attempts(gw)) >= 2, 15, "the connect retry did not fail promptly")
+        assert late_health(gw)["state"] == "down"
+        gate.touch()
+        wait_until(lambda: late_health(gw)["state"] == "up", 30, "the late upstream never connected")
+
+        gateway = gw.proc
+        assert gateway is not None
+
+        def children() -> list[int]:
+            return [p for p in descendants(gateway.pid) if "basic_server" in cmdline(p)]
+
+        first = children()
+        assert len(first) == 1, first
+        os.kill(first[0], signal.SIGKILL)
+        # Before the fix, the retry's close had marked the upstream as shutting down for good: the dead child was
+        # never replaced.
+        wait_until(lambda: (now := children()) != [] and first[0] not in now and late_health(gw)["state"] == "up",
+                   20, "the crashed child was never restarted")
+        client = RpcClient(gw.url)
+        try:
+            client.initialize()
+            answer = client.call("late__echo", {"message": "again"})
+            assert answer["result"]["content"][0]["text"] == "again", answer
+        finally:
+            client.close()
+    finally:
+        gw.stop()
