@@ -104,26 +104,42 @@ def assert_no_5xx(response: RawResponse, raw: bytes) -> None:
     assert response.status is None or response.status < 500, (response, raw[:500])
 
 
-def expected_call(body: bytes) -> tuple[bool, int | None]:
-    """Whether ``body`` (POSTed in a legacy session without modern headers) must leave one tool.call record, and
-    the status it must get. Every readable ``tools/call`` request is a call (docs/audit.md): refused at parse time
-    (400, still recorded), malformed params or an unknown tool (200), or run through the pipeline (200). A
-    2026-07-28 ``_meta`` sends it down the modern path, whose header checks refuse it first without a call."""
+def expected_call(body: bytes) -> tuple[int, int | None]:
+    """How many tool.call records ``body`` (POSTed in a 2025-11-25 session without modern headers) must leave,
+    and the status it must get. Every readable ``tools/call`` request is a call (docs/audit.md): refused at parse
+    time (400, still recorded), malformed params or an unknown tool (200), run through the pipeline (200), or
+    refused by the front door before dispatch (still recorded): a 2026-07-28 ``_meta`` sends it down the modern
+    path, whose header checks refuse it (400), and a batch is refused whole in this revision (400), each call in
+    it recorded."""
     try:
         doc = jsonrpc.parse(body)
     except ProtocolError:
-        return False, None
+        return 0, None
+    if isinstance(doc.value, list):
+        return sum(_is_call(doc, item) for item in doc.value), 400
     obj = doc.value
-    if not isinstance(obj, dict) or obj.get("method") != "tools/call" or "id" not in obj:
-        return False, None
+    if not _is_call(doc, obj):
+        return 0, None
     try:
         msg = jsonrpc.classify(obj, doc.flaw(obj))
     except ProtocolError:
-        return True, 400
+        return 1, 400
     meta = msg.params.get("_meta")
     if isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta:
-        return False, None
-    return True, 200
+        return 1, 400
+    return 1, 200
+
+
+def _is_call(doc: Any, item: object) -> bool:
+    """Whether a message is a tools/call request as the front door's audit sees it: a readable one, or one the
+    parser refused that still carries an id (``Responder.audit_rejected``)."""
+    if not isinstance(item, dict) or item.get("method") != "tools/call" or "id" not in item:
+        return False
+    try:
+        msg = jsonrpc.classify(item, doc.flaw(item))
+    except ProtocolError:
+        return True
+    return msg.kind == "request"
 
 
 def assert_still_serves(gw: GatewayProcess, session: str) -> None:
@@ -249,8 +265,8 @@ def test_arbitrary_json_rpc_in_a_session_gets_one_audit_record_per_call(gw: Gate
         response = send(gw, raw)
         assert_no_5xx(response, raw)
         recorded, status = expected_call(body)
-        if recorded:
-            ledger.expected += 1
+        if recorded or status is not None:
+            ledger.expected += recorded
             assert response.status == status, (response, body[:300])
         found = ledger.settle()
         assert found == ledger.expected, (found, ledger.expected, response, body[:300])
@@ -264,7 +280,7 @@ def test_arbitrary_json_rpc_in_a_session_gets_one_audit_record_per_call(gw: Gate
 
 def test_modern_calls_with_arbitrary_arguments_and_header_spacing(gw: GatewayProcess, session_id: str) -> None:
     """2026-07-28 requests: mirrored headers with optional whitespace and case changes must be accepted; a
-    corrupted mirror is refused (400) before the pipeline; each accepted call leaves one record."""
+    corrupted mirror is refused (400) before the pipeline; each call, accepted or refused, leaves one record."""
     ledger = Ledger(gw)
 
     @FUZZ
@@ -296,6 +312,8 @@ def test_modern_calls_with_arbitrary_arguments_and_header_spacing(gw: GatewayPro
             assert response.status == 400, response
             assert response.json()["error"]["code"] == (-32600 if flaw.path[:1] == ("id",) else -32602)
         elif corrupt:
+            # Refused by the header check, before the pipeline; still a call, with its record.
+            ledger.expected += 1
             assert response.status == 400, response
             assert response.json()["error"]["code"] == -32020
         else:
