@@ -51,7 +51,6 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
         "policies": str(workdir / "policies"),
         "audit": {"sinks": [{"file": str(workdir / "audit.jsonl")}]},
     }, workdir).start()
-    gw.audit_file = workdir / "audit.jsonl"  # type: ignore[attr-defined]
     yield gw
     gw.stop()
 
@@ -77,7 +76,7 @@ def routing(name: str = "basic__echo", version: str = V) -> dict[str, str]:
 
 
 def records_for(gw: GatewayProcess, arguments: dict[str, Any], expected: int = 1) -> list[dict[str, Any]]:
-    path: Path = gw.audit_file  # type: ignore[attr-defined]
+    path = gw.workdir / "audit.jsonl"
     digest = arguments_digest(arguments)
     found: list[dict[str, Any]] = []
     for _ in range(100):
@@ -163,7 +162,7 @@ def test_every_call_of_a_batch_refused_whole_has_one_record(gw: GatewayProcess) 
 
 
 def test_a_refused_request_that_is_not_a_call_writes_no_call_record(gw: GatewayProcess) -> None:
-    path: Path = gw.audit_file  # type: ignore[attr-defined]
+    path = gw.workdir / "audit.jsonl"
     before = sum(1 for r in map(json.loads, path.read_text().splitlines()) if r["event"] == "tool.call")
     body = {"jsonrpc": "2.0", "id": 3, "method": "tools/list",
             "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": V}}}

@@ -29,15 +29,18 @@ SLEEP_S = 3.0
 HANG_UP_AFTER_S = 0.5
 
 
+# The fixture upstream's record of what it was asked and told (``--record``), in the gateway's work directory.
+RECORD = "calls.jsonl"
+
+
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     workdir: Path = tmp_path_factory.mktemp("disconnect")
-    record = workdir / "calls.jsonl"
+    record = workdir / RECORD
     record.touch()
     g = GatewayProcess({"auth": "none",
                         "upstreams": {"basic": stdio_upstream("tests.fixtures.basic_server", "--record", str(record))}},
                        workdir).start()
-    g.record_file = record  # type: ignore[attr-defined]
     yield g
     g.stop()
 
@@ -64,7 +67,7 @@ def modern(method: str, params: dict[str, Any], accept: str, rid: int) -> tuple[
 
 
 def upstream_notes(gw: GatewayProcess, tag: str) -> list[dict[str, Any]]:
-    record: Path = gw.record_file  # type: ignore[attr-defined]
+    record = gw.workdir / RECORD
     return [entry for entry in map(json.loads, record.read_text().splitlines())
             if (entry.get("arguments") or {}).get("tag") == tag]
 
