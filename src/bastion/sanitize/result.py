@@ -16,7 +16,14 @@ import orjson
 
 from bastion.sanitize.config import EffectiveSanitizePolicy
 from bastion.sanitize.report import SanitizeReport
-from bastion.sanitize.strings import MAX_DEPTH, StringSanitizer, truncate_utf8, truncation_marker
+from bastion.sanitize.strings import (
+    MAX_DEPTH,
+    SCAN_MARGIN,
+    StringSanitizer,
+    truncate_utf8,
+    truncation_marker,
+    window,
+)
 from bastion.sanitize.walk import DROP, Walker
 
 ERROR_MESSAGE_BYTES = 4096
@@ -32,6 +39,36 @@ _BLOCK_FIELDS = frozenset({"type", "resource"})
 _RESOURCE_FIELDS = frozenset({"uri", "text", "blob", "mimeType"})
 _LINK_FIELDS = frozenset({"type", "uri", "name", "title", "description", "mimeType"})
 _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError"})
+
+
+# A backslash escape in JSON text: \uXXXX (group 1: the digits) or any other (kept as it is).
+_JSON_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+# Escapes left as they are: undone, a quote or a backslash would move where a string of the text ends.
+_KEPT_ESCAPES = frozenset({0x22, 0x5C})
+
+
+def json_escapes_undone(text: str) -> str:
+    """``text`` with its JSON ``\\uXXXX`` escapes replaced by the characters they stand for (surrogate pairs
+    joined, lone surrogates as U+FFFD), but for quotes and backslashes; every other escape stays."""
+    if "\\u" not in text:
+        return text
+    surrogates = False
+
+    def undo(match: re.Match[str]) -> str:
+        nonlocal surrogates
+        digits = match.group(1)
+        if digits is None:
+            return match.group(0)
+        point = int(digits, 16)
+        if point in _KEPT_ESCAPES:
+            return match.group(0)
+        surrogates = surrogates or 0xD800 <= point <= 0xDFFF
+        return chr(point)
+
+    out = _JSON_ESCAPE.sub(undo, text)
+    if surrogates:
+        out = out.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return out
 
 
 class _TooDeep(Exception):
@@ -140,9 +177,9 @@ class Sanitizer(StringSanitizer):
             return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
         return value
 
-    def _budgeted(self, text: str) -> str:
+    def _budgeted(self, text: str, left_out: int = 0) -> str:
         limit = min(self.policy.max_item_bytes, self.budget)
-        out = self.string(text, limit)
+        out = self.string(text, limit, left_out=left_out)
         # Markers do not count against the budget: min() drops them, since only a cut text carries one.
         self.budget = max(0, self.budget - min(limit, len(out.encode("utf-8", "surrogatepass"))))
         return out
@@ -165,13 +202,19 @@ class Sanitizer(StringSanitizer):
         self.budget -= size
         return None
 
+    def _uri(self, uri: Any) -> str:
+        """The URI cleaned, or "" (unsafe) when it is no string or longer than a text may be: a URI cannot be cut,
+        and one of megabytes names nothing a client should fetch."""
+        if not isinstance(uri, str) or len(uri) > self.policy.max_item_bytes:
+            return ""
+        return self.string(uri)
+
     def _resource(self, block: Mapping[str, Any]) -> dict[str, Any]:
         resource = block.get("resource")
         if not isinstance(resource, Mapping):
             self.report.bump("unknown_content")
             return self._note("malformed embedded resource removed")
-        uri = resource.get("uri")
-        clean_uri = self.string(uri) if isinstance(uri, str) else ""
+        clean_uri = self._uri(resource.get("uri"))
         if not uri_is_safe(clean_uri):
             self.report.bump("unsafe_uri")
             return self._note("embedded resource removed: unsafe URI")
@@ -188,8 +231,7 @@ class Sanitizer(StringSanitizer):
         return self.rest(block, {**block, "resource": self.rest(resource, new, _RESOURCE_FIELDS)}, _BLOCK_FIELDS)
 
     def _resource_link(self, block: Mapping[str, Any]) -> dict[str, Any]:
-        uri = block.get("uri")
-        clean_uri = self.string(uri) if isinstance(uri, str) else ""
+        clean_uri = self._uri(block.get("uri"))
         if not uri_is_safe(clean_uri):
             self.report.bump("unsafe_uri")
             return self._note("resource link removed: unsafe URI")
@@ -206,6 +248,14 @@ class Sanitizer(StringSanitizer):
             self.report.bump("unknown_content")
             return self._note("malformed text content removed")
         stripped = text.lstrip()
+        if stripped[:1] in ("{", "[") and len(text) > min(self.policy.max_item_bytes, self.budget):
+            # JSON too long to leave whole: the client gets a cut text that no parser reads, so parsing and walking
+            # all of it (seconds for tens of megabytes) buys nothing. What can leave is scanned as text, with its
+            # \\u escapes undone so that what they hide is cleaned and scanned like the rest (a lenient parser
+            # would still decode them); only the undone text leaves, so no escape passes unseen.
+            head, left_out = window(text, min(self.policy.max_item_bytes, self.budget) + SCAN_MARGIN)
+            return self.rest(block, {**block, "text": self._budgeted(json_escapes_undone(head), left_out)},
+                             _TEXT_FIELDS)
         if stripped[:1] in ("{", "["):
             try:
                 parsed = _loads(text)
@@ -277,17 +327,21 @@ def sanitize_result(result: Mapping[str, Any], policy: EffectiveSanitizePolicy) 
     original_sc = result.get("structuredContent")
     new_sc = original_sc
     if has_sc:
+        # Measured as received, before the walk: a value that cannot leave is not worth scanning (an upstream
+        # decides how big it is, up to its message size), and structured output is never cut to fit.
+        size = _json_bytes(original_sc)
+        if size > policy.max_result_bytes:
+            return out, _oversized(walker.report, size, policy)
         try:
             new_sc = walker.json_tree(original_sc)
         except _TooDeep:
             walker.report.withheld = f"result withheld: structured output nested deeper than {MAX_DEPTH} levels"
             return out, walker.report
-        size = len(orjson.dumps(new_sc)) if new_sc is not None else 0
-        if size > policy.max_result_bytes:
-            walker.report.bump("oversized")
-            walker.report.withheld = (f"result withheld: structured output of {size} bytes exceeds the "
-                                      f"{policy.max_result_bytes}-byte limit")
-            return out, walker.report
+        if new_sc is not original_sc:
+            # Redaction placeholders can be longer than what they replace.
+            size = _json_bytes(new_sc)
+            if size > policy.max_result_bytes:
+                return out, _oversized(walker.report, size, policy)
         out["structuredContent"] = new_sc
     content = result.get("content")
     if isinstance(content, list):
@@ -296,6 +350,23 @@ def sanitize_result(result: Mapping[str, Any], policy: EffectiveSanitizePolicy) 
     if policy.injection == "block" and walker.report.injection:
         walker.report.withheld = "result withheld: possible prompt injection"
     return out, walker.report
+
+
+def _json_bytes(value: Any) -> int:
+    if value is None:
+        return 0
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:
+        # What orjson does not encode (a lone surrogate, an integer beyond 64 bits) the stdlib does.
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _oversized(report: SanitizeReport, size: int, policy: EffectiveSanitizePolicy) -> SanitizeReport:
+    report.bump("oversized")
+    report.withheld = (f"result withheld: structured output of {size} bytes exceeds the "
+                       f"{policy.max_result_bytes}-byte limit")
+    return report
 
 
 def sanitize_error(error: Mapping[str, Any], policy: EffectiveSanitizePolicy) -> tuple[dict[str, Any],

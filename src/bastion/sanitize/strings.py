@@ -14,9 +14,15 @@ from bastion.sanitize.report import SanitizeReport
 from bastion.sanitize.secrets import members_text
 from bastion.sanitize.text import clean_text, needs_cleaning
 
-__all__ = ["MAX_DEPTH", "StringSanitizer", "truncate_utf8", "truncation_marker"]
+__all__ = ["MAX_DEPTH", "SCAN_MARGIN", "StringSanitizer", "truncate_utf8", "truncation_marker", "window"]
 
 MAX_DEPTH = 64
+# How far past the cut (``max_item_bytes`` or a string's own limit) a string is scanned. Work is bounded by what can
+# leave, not by what an upstream sends (a 60 MB text held the loop seconds when it was scanned whole), and this
+# margin is what keeps a cut from splitting a secret the redactor did not see whole: a secret that starts before the
+# cut and ends within the margin is redacted whole. One that runs on past the margin is caught by its beginning:
+# the open-ended rules (private key blocks without their END line, tokens of unbounded length) match a prefix.
+SCAN_MARGIN = 64 * 1024
 # Between the strings a prescan joins: line breaks, so that word boundaries and (?m) anchors see a string's edges
 # as they would alone, around a NUL, which no secret rule or injection pattern lets a match cross.
 PRESCAN_SEPARATOR = "\n\x00\n"
@@ -53,22 +59,25 @@ class StringSanitizer:
         self._untouched = False
 
     def string(self, value: str, limit: int | None = None, where: str | None = None, unseen: bool = False,
-               key: str | None = None) -> str:
+               key: str | None = None, left_out: int = 0) -> str:
         """Clean, redact, scan for injection, then truncate (last, so a cut never splits a secret unseen).
 
         ``unseen``: ``value`` is not a string a prescan looked at (a caller rewrote it first), so the pattern
         passes run whatever the prescan found. ``key``: the object key ``value`` sits under, which the secret
-        rules see before it (``Redactor.redact``); the key itself is not rewritten here.
+        rules see before it (``Redactor.redact``); the key itself is not rewritten here. ``left_out``: UTF-8 bytes
+        of the text that a caller already cut off after ``value``, for the truncation marker.
         """
+        beyond = left_out
+        if limit is not None and len(value) > limit + SCAN_MARGIN:
+            # Only what can leave is scanned: the first ``limit`` bytes and the margin (a character is at least one
+            # byte, so ``limit`` characters hold at least what the cut keeps). Nothing is left to keep at 0.
+            value, rest = window(value, limit + SCAN_MARGIN if limit > 0 else 0)
+            beyond += rest
         if self._plain and not unseen:
             # The prescan saw this string: clean_text would return it unchanged and no pattern can match.
             if limit is None:
                 return value
-            text, omitted = truncate_utf8(value, limit)
-            if omitted:
-                self.report.bump("truncated", where)
-                text += truncation_marker(omitted)
-            return text
+            return self._cut(value, limit, beyond, where)
         cleaned = clean_text(value)
         text = cleaned.text
         if cleaned.counts:
@@ -83,10 +92,16 @@ class StringSanitizer:
             if counts:
                 self.report.add(counts, where)
         if limit is not None:
-            text, omitted = truncate_utf8(text, limit)
-            if omitted:
-                self.report.bump("truncated", where)
-                text += truncation_marker(omitted)
+            return self._cut(text, limit, beyond, where)
+        return text
+
+    def _cut(self, text: str, limit: int, beyond: int, where: str | None) -> str:
+        """``text`` cut to ``limit`` bytes, with the marker counting what the cut and the scan window left out."""
+        text, omitted = truncate_utf8(text, limit)
+        omitted += beyond
+        if omitted:
+            self.report.bump("truncated", where)
+            text += truncation_marker(omitted)
         return text
 
     @property
@@ -106,7 +121,7 @@ class StringSanitizer:
         loose: list[str] = []
         members: list[str] = []
         deepest = [0]
-        if not _collect(value, loose, members, 0, deepest):
+        if not _collect(value, loose, members, 0, deepest) or _beyond_window(loose, members, self.policy):
             self._patterns = True  # not every string was seen: scan each one as it is walked
             self._plain = False
             self._untouched = False
@@ -139,6 +154,19 @@ class StringSanitizer:
         # A member holds its key and its value between quotes, non-word characters, where the relaxed patterns
         # match whatever matches either alone: the members stand for their keys and values.
         return redactor.may_match_joined(PRESCAN_SEPARATOR.join(loose) + PRESCAN_SEPARATOR + members_text(members))
+
+
+def window(text: str, size: int) -> tuple[str, int]:
+    """The first ``size`` characters of ``text``, and how many UTF-8 bytes of it are left out."""
+    rest = text[size:]
+    return text[:size], len(rest) if rest.isascii() else len(rest.encode("utf-8", "surrogatepass"))
+
+
+def _beyond_window(loose: list[str], members: list[str], policy: EffectiveSanitizePolicy) -> bool:
+    """Whether a string is longer than ``string()`` scans of any string with a limit: a prescan does not judge such
+    a value (it would scan what no pass reads, and its verdict would cover keys, which are scanned whole)."""
+    size = policy.max_item_bytes + SCAN_MARGIN
+    return bool(loose and max(map(len, loose)) > size) or bool(members and max(map(len, members)) > size)
 
 
 def _all_fit(strings: list[str], limit: int) -> bool:
