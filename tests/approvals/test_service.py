@@ -17,6 +17,7 @@ from bastion.approvals import (
     PendingApproval,
     Verdict,
 )
+from bastion.approvals.service import SelfApproval
 from bastion.approvals.store import COUNT_KEY, PENDING_KEY, RedisApprovalStore
 from bastion.redisconn import ADMIN, SHARED, open_client
 from tests.support.redis_server import RedisServer
@@ -67,6 +68,28 @@ async def test_no_admin_channel_decides_a_call_its_rule_leaves_to_the_user(chann
         await service.decide(approval_id, True, by="root", channel=channel)
     _, got = await call  # still pending after the refused admin verdict: the user's answer is the one applied
     assert got.outcome == "declined" and got.channel == "elicitation"
+
+
+@pytest.mark.parametrize("channel", ["admin_api", "cli", "console"])
+async def test_no_admin_approves_their_own_call_through_any_admin_channel(channel: Any) -> None:
+    # alice holds a key in an admin group: through the admin channels she may decline her own call (withdraw
+    # it), never approve it; another administrator's approval is applied.
+    service = ApprovalService(CFG)
+    call = request(service, via=("admin",))
+    [approval_id] = await pending_ids(service, 1)
+    with pytest.raises(SelfApproval, match="may not approve their own call"):
+        await service.decide(approval_id, True, by="alice", channel=channel)
+    assert [p.id for p in await service.list()] == [approval_id]  # still pending
+    verdict = await service.decide(approval_id, True, by="root", channel=channel)
+    assert verdict is not None and verdict.by == "root"
+    _, got = await call
+    assert got.outcome == "approved" and got.by == "root"
+
+    withdrawn = request(service, via=("admin",))
+    [approval_id] = await pending_ids(service, 1)
+    assert await service.decide(approval_id, False, by="alice", channel=channel) is not None
+    _, got = await withdrawn
+    assert got.outcome == "declined" and got.by == "alice"
 
 
 async def test_caps_refuse_past_the_bounds_per_principal_and_in_total() -> None:

@@ -175,6 +175,37 @@ async def test_an_admin_on_another_replica_approves_the_waiting_call(replicas: l
     assert len(decided_records) == 1 and decided_records[0]["principal"]["id"] == "root"
 
 
+async def test_an_admin_may_not_approve_their_own_call(replicas: list[GatewayProcess]) -> None:
+    # root is in the admin group and calls a tool whose rule wants an admin's approval: through the admin API (and
+    # so the CLI) root's own approval is refused, with the reason; declining it is root's to do.
+    a, b = replicas
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60) as http, \
+            sdk(a, http) as client:
+        call = asyncio.create_task(client.call_tool("basic__add", {"a": 1, "b": 1}))
+        pending: list[dict[str, Any]] = []
+        with admin(b) as root:
+            for _ in range(200):
+                pending = [p for p in (await asyncio.to_thread(root.get, "/admin/approvals")).json()["approvals"]
+                           if p["tool"] == "basic__add" and p["principal"] == "root"]
+                if pending:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(pending) == 1
+            approval_id = pending[0]["id"]
+            refused = await asyncio.to_thread(root.post, f"/admin/approvals/{approval_id}/approve",
+                                              json={"channel": "cli"})
+            assert refused.status_code == 403
+            assert "may not approve their own call" in refused.json()["error"]
+            declined = await asyncio.to_thread(root.post, f"/admin/approvals/{approval_id}/deny")
+            assert declined.status_code == 200 and declined.json()["outcome"] == "declined"
+        result = await asyncio.wait_for(call, 20)
+    assert result.is_error
+    record = call_record(a, "basic__add", count=len([r for r in a.records("tool.call")
+                                                     if r["tool"]["name"] == "basic__add"]))
+    assert record["principal"]["id"] == "root"
+    assert record["approval"]["outcome"] == "declined" and record["approval"]["by"] == "root"
+
+
 async def test_an_unanswered_approval_times_out_with_a_clear_tool_error(replicas: list[GatewayProcess]) -> None:
     a, _ = replicas
     async with alice_http() as http, sdk(a, http) as client:

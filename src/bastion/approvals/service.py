@@ -49,9 +49,19 @@ class NotAnApprover(BastionError):
     """The rule holding this call lets only the calling user decide (``approval.via`` without ``admin``): no
     admin channel may answer for them, whichever door (admin API, CLI, console) the admin comes through."""
 
-    def __init__(self, rule_id: str) -> None:
-        super().__init__(f"rule {rule_id!r} lets only the calling user decide (approval.via: [user])")
+    def __init__(self, rule_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"rule {rule_id!r} lets only the calling user decide (approval.via: [user])")
         self.rule_id = rule_id
+
+
+class SelfApproval(NotAnApprover):
+    """An administrator approving their own held call. The admin channels are the second pair of eyes; the
+    calling user's own say goes through the client (``via: [user]``), where a person sees the question. Otherwise
+    an agent holding a key in an admin group approves itself through the admin API."""
+
+    def __init__(self, rule_id: str, principal: str) -> None:
+        super().__init__(rule_id, f"{principal!r} may not approve their own call (rule {rule_id!r}): an "
+                                  f"administrator's approval must come from someone else")
 
 
 # The channels through which an administrator, not the calling user, answers.
@@ -181,11 +191,14 @@ class ApprovalService:
         """An approver's answer. Returns the verdict applied, or None when the approval is no longer pending
         (decided, timed out or withdrawn already, or never existed). Raises ``NotAnApprover`` when an admin
         channel answers a call whose rule leaves the decision to the calling user: checked here, where every
-        channel's decision passes, so no door can forget it."""
+        channel's decision passes, so no door can forget it; and ``SelfApproval`` when an administrator approves
+        their own call (declining it is theirs to do)."""
         if channel in ADMIN_CHANNELS:
             pending = await self.store.get(approval_id)
             if pending is not None and "admin" not in pending.via:
                 raise NotAnApprover(pending.rule_id)
+            if pending is not None and approve and by == pending.principal:
+                raise SelfApproval(pending.rule_id, by)
         verdict = Verdict("approved" if approve else "declined", channel, by=by, at=self._clock())
         return verdict if await self._finish(approval_id, verdict) else None
 
