@@ -163,7 +163,8 @@ def build(settings: Settings) -> Components:
         if redis_client is not None and settings.redis_url else MemoryApprovalStore()
     approvals = ApprovalService(approvals_cfg, approval_store)
 
-    members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response), prefix=cfg.prefix,
+    members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response,
+                                             on_stderr=metrics.upstream_stderr), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
     requests = RefreshRequests()
     changes = ChangeFeed()

@@ -96,6 +96,10 @@ class Metrics:
             "bastion_upstream_stray_responses", "Upstream responses dropped because they answered no request of "
             "their stream (reason: unknown_id, late, duplicate, wrong_stream, malformed_id).",
             ["upstream", "reason"], registry=r)
+        self.upstream_stderr_lines = Counter(
+            "bastion_upstream_stderr_lines", "Lines a stdio upstream wrote to stderr, by what became of them: logged, "
+            "truncated (logged cut at stderr.max_line_size) or suppressed (over the stderr rate limit).",
+            ["upstream", "outcome"], registry=r)
         self.upstream_state = Gauge("bastion_upstream_state",
                                     "1 for the upstream's current health state (up, degraded, down, restarting).",
                                     ["upstream", "state"], registry=r)
@@ -227,6 +231,11 @@ class Metrics:
         """Matches ``build_upstream(on_stray=...)``."""
         self.upstream_stray_responses.labels(upstream=self._cap("upstream", upstream),
                                              reason=self._cap("reason", reason)).inc()
+
+    def upstream_stderr(self, upstream: str, outcome: str, lines: int) -> None:
+        """Matches ``build_upstream(on_stderr=...)``."""
+        self.upstream_stderr_lines.labels(upstream=self._cap("upstream", upstream),
+                                          outcome=self._cap("outcome", outcome)).inc(lines)
 
     def set_limiter_redis_up(self, up: bool) -> None:
         if self.limiter_redis_up is None:

@@ -11,6 +11,7 @@ from bastion.errors import ConfigError
 from bastion.upstream.config import UpstreamConfig, build_upstream
 from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.http_sse import SseUpstream
+from bastion.upstream.stderr import StderrLimits
 from bastion.upstream.stdio import StdioUpstream
 
 ENV = {"TOKEN": "s3cret", "HOST": "example.test"}
@@ -64,12 +65,25 @@ def test_prefix_can_be_turned_off(prefix: str | None) -> None:
     ({"command": ["x"], "enabled": "yes"}, "upstreams.files.enabled", "true or false"),
     ({"command": ["x"], "era": "2026"}, "upstreams.files.era", "'auto', 'legacy' or 'modern'"),
     ({"url": "http://a", "transport": "sse", "era": "modern"}, "upstreams.files.era", "handshake-era only"),
+    ({"url": "http://a", "stderr": {}}, "upstreams.files.stderr", "unknown key"),
+    ({"command": ["x"], "stderr": "quiet"}, "upstreams.files.stderr", "mapping"),
+    ({"command": ["x"], "stderr": {"lines": 3}}, "upstreams.files.stderr.lines", "unknown key"),
+    ({"command": ["x"], "stderr": {"max_line_size": "10B"}}, "upstreams.files.stderr.max_line_size", "between"),
+    ({"command": ["x"], "stderr": {"burst": 0}}, "upstreams.files.stderr.burst", "whole number"),
+    ({"command": ["x"], "stderr": {"burst": True}}, "upstreams.files.stderr.burst", "whole number"),
+    ({"command": ["x"], "stderr": {"per_second": 0}}, "upstreams.files.stderr.per_second", "above 0"),
 ])
 def test_errors_name_the_key(data: dict[str, Any], path: str, text: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse(data)
     assert info.value.path == path
     assert text in info.value.message
+
+
+def test_stderr_limits() -> None:
+    assert parse({"command": ["x"]}).stderr == StderrLimits(max_line_bytes=4096, burst=100, per_second=10.0)
+    cfg = parse({"command": ["x"], "stderr": {"max_line_size": "16KiB", "burst": 500, "per_second": 0.5}})
+    assert cfg.stderr == StderrLimits(max_line_bytes=16384, burst=500, per_second=0.5)
 
 
 def test_bad_upstream_name() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bastion.upstream.stderr import StderrLog, printable, pump_stderr
+from bastion.upstream.stderr import StderrLimits, StderrLog, printable, pump_stderr
 from bastion.upstream.stdio import StdioUpstream
 from tests.upstream.helpers import Inbox
 
@@ -59,9 +59,16 @@ def stderr_events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]
 async def test_a_flooding_child_is_cut_rate_limited_counted_and_still_answers(tmp_path: Path) -> None:
     script = tmp_path / "flood.py"
     script.write_text(FLOODING_SERVER)
+    counted: dict[str, int] = {}
+
+    def count(upstream: str, outcome: str, lines: int) -> None:
+        assert upstream == "noisy"
+        counted[outcome] = counted.get(outcome, 0) + lines
+
     up = StdioUpstream("noisy", [sys.executable, str(script), ESCAPES], era="legacy")
-    # The defaults (100 lines at once, then 10/s, a count every 10 s) with a shorter interval, to see counts here.
-    up._stderr_log = StderrLog("noisy", burst=20, per_second=5.0, report_interval=0.5)
+    # Limits as an upstream's `stderr` settings give them, with a shorter report interval, to see counts here.
+    up._stderr_log = StderrLog("noisy", StderrLimits(burst=20, per_second=5.0), report_interval=0.5,
+                               on_lines=count)
     with capture_logs() as logs:
         started = time.monotonic()
         await up.start(Inbox())
@@ -87,6 +94,9 @@ async def test_a_flooding_child_is_cut_rate_limited_counted_and_still_answers(tm
     counts = [e for e in logs if e["event"] == "upstream.stderr_suppressed"]
     assert counts and all(e["upstream"] == "noisy" and e["count"] > 0 for e in counts)
     assert len(counts) <= elapsed / 0.5 + 2  # at most one per interval, and one when the stream ends
+    # The metric's counts: every line the log shows, and at least every line the log says it suppressed.
+    assert counted["logged"] == 1 and counted["truncated"] == len(cut)
+    assert counted["suppressed"] >= sum(e["count"] for e in counts) > 0
     # Promptly, on a busy machine: the stderr reader must leave the event loop to the stdout reader.
     assert max(latencies) < 1.0, latencies
 
@@ -131,7 +141,7 @@ async def test_reading_holds_one_chunk_and_yields_to_the_event_loop() -> None:
 
     ticker = asyncio.get_running_loop().create_task(tick())
     await asyncio.sleep(0)
-    sink = StderrLog("fast", burst=3, per_second=0.001)
+    sink = StderrLog("fast", StderrLimits(burst=3, per_second=0.001))
     with capture_logs() as logs:
         await pump_stderr(reader, sink)
     ticker.cancel()
@@ -156,19 +166,19 @@ async def pump_pieces(sink: StderrLog, *pieces: bytes) -> list[dict[str, Any]]:
 
 
 async def test_lines_across_chunks() -> None:
-    logs = await pump_pieces(StderrLog("split", max_line_bytes=4), b"ab", b"c\r\nde", b"fghij\n\n", b"k")
+    logs = await pump_pieces(StderrLog("split", StderrLimits(max_line_bytes=4)), b"ab", b"c\r\nde", b"fghij\n\n", b"k")
     assert [(e["line"], e.get("size")) for e in logs] == [("abc", None), ("defg", 7), ("", None), ("k", None)]
 
 
 async def test_lines_over_the_limit_are_counted_across_chunks() -> None:
-    logs = await pump_pieces(StderrLog("bulk", burst=1, per_second=0.001), b"a\nb\nc\nd", b"e\nf\n", b"g")
+    logs = await pump_pieces(StderrLog("bulk", StderrLimits(burst=1, per_second=0.001)), b"a\nb\nc\nd", b"e\nf\n", b"g")
     assert [(e["event"], e.get("line", e.get("count"))) for e in logs] == [
         ("upstream.stderr", "a"), ("upstream.stderr_suppressed", 5)]  # b, c, de, f, g
 
 
 async def test_limits_follow_the_clock() -> None:
     now = [0.0]
-    sink = StderrLog("clocked", burst=2, per_second=1.0, report_interval=5.0, clock=lambda: now[0])
+    sink = StderrLog("clocked", StderrLimits(burst=2, per_second=1.0), report_interval=5.0, clock=lambda: now[0])
     with capture_logs() as logs:
         assert [sink.line(b"a", 1), sink.line(b"b", 1), sink.line(b"c", 1)] == [True, True, False]
         assert sink.report_in() == 5.0
@@ -184,7 +194,7 @@ async def test_limits_follow_the_clock() -> None:
 
 
 def test_a_cut_never_splits_a_character() -> None:
-    sink = StderrLog("utf8", max_line_bytes=4)
+    sink = StderrLog("utf8", StderrLimits(max_line_bytes=4))
     with capture_logs() as logs:
         sink.line("ab\u00e9".encode()[:3], 4)
     assert logs[0]["line"] == "ab" and logs[0]["size"] == 4

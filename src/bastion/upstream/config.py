@@ -30,6 +30,7 @@ from bastion.upstream.connections import H1Pool, eligible
 from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.http_sse import SseUpstream
 from bastion.upstream.session import StrayHandler
+from bastion.upstream.stderr import DEFAULT_STDERR, StderrHook, StderrLimits
 from bastion.upstream.stdio import StdioUpstream
 from bastion.yamlfile import expand_env
 
@@ -45,7 +46,8 @@ _ERAS = ("auto", "legacy", "modern")
 # Detect, as the specification asks of dual-era clients. A server that answers server/discover but speaks the
 # handshake era's shapes (the SDK's low-level Server with plain-dict handlers does) needs `era: legacy`.
 DEFAULT_ERA: EraSetting = "auto"
-_STDIO = _COMMON | {"command", "env", "cwd"}
+_STDIO = _COMMON | {"command", "env", "cwd", "stderr"}
+_STDERR = frozenset({"max_line_size", "burst", "per_second"})
 _HTTP = _COMMON | {"url", "transport", "headers", "http_client"}
 # Names stay inside SEP-986's tool-name alphabet once joined as "<prefix>__<tool>".
 _PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
@@ -82,6 +84,7 @@ class UpstreamConfig:
     http_client: HttpClientSetting = "fast"
     # One message from the upstream, on every transport: a stdio line, an HTTP body or SSE event once decoded.
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    stderr: StderrLimits = DEFAULT_STDERR
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any], path: str = "upstreams",
@@ -140,7 +143,8 @@ class UpstreamConfig:
             if cwd is not None and not isinstance(cwd, str):
                 raise ConfigError("cwd must be a string", path=f"{here}.cwd")
             return cls(transport="stdio", command=tuple(str(c) for c in command),
-                       env=_string_map(data.get("env"), f"{here}.env", env), cwd=cwd, **common)
+                       env=_string_map(data.get("env"), f"{here}.env", env), cwd=cwd,
+                       stderr=_stderr(data.get("stderr"), f"{here}.stderr"), **common)
 
         url = _expand(data["url"], f"{here}.url", env)
         if not url.startswith(("http://", "https://")):
@@ -157,13 +161,37 @@ class UpstreamConfig:
                    http_client=http_client, **common)
 
 
+def _stderr(data: Any, path: str) -> StderrLimits:
+    """A stdio upstream's ``stderr``: how long a line may be and how many lines per second reach the log."""
+    if data is None:
+        return DEFAULT_STDERR
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping with max_line_size, burst, per_second", path=path)
+    for key in data:
+        if key not in _STDERR:
+            raise ConfigError(f"unknown key {key!r} (expected max_line_size, burst, per_second)", path=f"{path}.{key}")
+    default = DEFAULT_STDERR
+    line = parse_size(data.get("max_line_size", default.max_line_bytes), f"{path}.max_line_size")
+    if not 80 <= line <= 1024 * 1024:
+        raise ConfigError("max_line_size must be between 80 bytes and 1MiB", path=f"{path}.max_line_size")
+    burst = data.get("burst", default.burst)
+    if not isinstance(burst, int) or isinstance(burst, bool) or not 1 <= burst <= 1_000_000:
+        raise ConfigError("burst must be a whole number of lines from 1 to 1000000", path=f"{path}.burst")
+    rate = data.get("per_second", default.per_second)
+    if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 < rate <= 1_000_000:
+        raise ConfigError("per_second must be a number of lines above 0, at most 1000000",
+                          path=f"{path}.per_second")
+    return StderrLimits(max_line_bytes=line, burst=burst, per_second=float(rate))
+
+
 def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient, *,
-                   on_stray: StrayHandler | None = None) -> Upstream:
+                   on_stray: StrayHandler | None = None, on_stderr: StderrHook | None = None) -> Upstream:
     """``on_stray(upstream, reason)`` hears of every response dropped because it answered no request of its stream
-    (see ``bastion.upstream.session``); the app counts them."""
+    (see ``bastion.upstream.session``), ``on_stderr(upstream, outcome, lines)`` of a stdio child's stderr lines
+    (``bastion.upstream.stderr``); the app counts both."""
     if cfg.transport == "stdio":
         return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd, era=cfg.era, on_stray=on_stray,
-                             max_message_bytes=cfg.max_message_bytes)
+                             max_message_bytes=cfg.max_message_bytes, stderr=cfg.stderr, on_stderr=on_stderr)
     assert cfg.url is not None
     if cfg.transport == "sse":
         return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client, on_stray=on_stray,

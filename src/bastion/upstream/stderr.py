@@ -26,17 +26,35 @@ import asyncio
 import codecs
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 import structlog
 
 from bastion.bucket import TokenBucket
 
-__all__ = ["CHUNK_BYTES", "StderrLog", "printable", "pump_stderr"]
+__all__ = ["CHUNK_BYTES", "DEFAULT_STDERR", "StderrHook", "StderrLimits", "StderrLog", "printable", "pump_stderr"]
 
 log = structlog.get_logger("bastion.upstream")
 
 CHUNK_BYTES = 64 * 1024
 YIELD_BYTES = 1024 * 1024
+
+StderrOutcome = Literal["logged", "truncated", "suppressed"]
+# (upstream, outcome, lines): the app counts them in ``bastion_upstream_stderr_lines_total``.
+StderrHook = Callable[[str, StderrOutcome, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StderrLimits:
+    """An upstream's ``stderr`` settings (``upstream.config``): line length, then a token bucket of lines."""
+
+    max_line_bytes: int = 4096
+    burst: int = 100
+    per_second: float = 10.0
+
+
+DEFAULT_STDERR = StderrLimits()
 
 
 def printable(text: str) -> str:
@@ -63,11 +81,12 @@ class StderrLog:
     ``clock`` is injectable so the limits are testable without sleeping.
     """
 
-    def __init__(self, upstream: str, *, max_line_bytes: int = 4096, burst: int = 100, per_second: float = 10.0,
-                 report_interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, upstream: str, limits: StderrLimits = DEFAULT_STDERR, *, report_interval: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, on_lines: StderrHook | None = None) -> None:
         self.upstream = upstream
-        self.max_line_bytes = max_line_bytes
-        self._bucket = TokenBucket(float(burst), per_second)
+        self.max_line_bytes = limits.max_line_bytes
+        self._bucket = TokenBucket(float(limits.burst), limits.per_second)
+        self._on_lines = on_lines
         self._interval = report_interval
         self._clock = clock
         self.suppressed = 0  # lines dropped since the last report
@@ -82,9 +101,13 @@ class StderrLog:
         if size > len(head):
             log.info("upstream.stderr", upstream=self.upstream, line=printable(_decode(head, cut=True)),
                      truncated=True, size=size)
+            if self._on_lines is not None:
+                self._on_lines(self.upstream, "truncated", 1)
         else:
             text = _decode(head, cut=False).removesuffix("\r")
             log.info("upstream.stderr", upstream=self.upstream, line=printable(text))
+            if self._on_lines is not None:
+                self._on_lines(self.upstream, "logged", 1)
         self.report_if_due()
         return True
 
@@ -92,6 +115,8 @@ class StderrLog:
         if count <= 0:
             return
         self.suppressed += count
+        if self._on_lines is not None:
+            self._on_lines(self.upstream, "suppressed", count)
         if self.report_due is None:
             self.report_due = self._clock() + self._interval
 

@@ -39,7 +39,7 @@ from bastion.upstream.modern import (
 )
 from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
 from bastion.upstream.session import Pending, RpcSession, StrayHandler
-from bastion.upstream.stderr import StderrLog, pump_stderr
+from bastion.upstream.stderr import DEFAULT_STDERR, StderrHook, StderrLimits, StderrLog, pump_stderr
 from bastion.upstream.supervisor import Backoff, StateListener, Supervisor
 
 __all__ = ["INHERITED_ENV", "StdioUpstream"]
@@ -56,7 +56,8 @@ class StdioUpstream:
                  cwd: str | None = None, *, init_timeout: float = 30.0, backoff_initial: float = 0.5,
                  backoff_max: float = 30.0, shutdown_grace: float = 2.0,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, era: EraSetting = "auto",
-                 probe_timeout: float = 10.0, on_stray: StrayHandler | None = None) -> None:
+                 probe_timeout: float = 10.0, on_stray: StrayHandler | None = None,
+                 stderr: StderrLimits = DEFAULT_STDERR, on_stderr: StderrHook | None = None) -> None:
         if not command:
             raise ValueError("command must not be empty")
         self.name = name
@@ -77,7 +78,7 @@ class StdioUpstream:
                                       Backoff(backoff_initial, backoff_max))
         self._proc: asyncio.subprocess.Process | None = None
         self._closing = False
-        self._stderr_log = StderrLog(name)
+        self._stderr_log = StderrLog(name, stderr, on_lines=on_stderr)
 
     @property
     def info(self) -> UpstreamInfo | None:
