@@ -72,12 +72,10 @@ class SanitizeGuard:
 
 def _large(result: dict[str, Any]) -> bool:
     content = result.get("content")
-    if isinstance(content, list):
-        # The usual large result, one long text, is told without encoding it (tens of megabytes: 0.1 s).
-        for block in content[:8]:
-            text = block.get("text") if isinstance(block, dict) else None
-            if isinstance(text, str) and len(text) > OFF_LOOP_BYTES:
-                return True
+    # The usual large result, one long text first, is told without encoding it (tens of megabytes: 0.1 s).
+    first = content[0] if type(content) is list and content else None
+    if type(first) is dict and len(text := first.get("text") or "") > OFF_LOOP_BYTES and type(text) is str:
+        return True
     # One C-speed encode (about 0.15 µs for a small result): cheaper than any walk that would estimate the size.
     try:
         return len(orjson.dumps(result)) > OFF_LOOP_BYTES

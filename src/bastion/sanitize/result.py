@@ -248,7 +248,7 @@ class Sanitizer(StringSanitizer):
             self.report.bump("unknown_content")
             return self._note("malformed text content removed")
         stripped = text.lstrip()
-        if stripped[:1] in ("{", "[") and len(text) > min(self.policy.max_item_bytes, self.budget):
+        if stripped[:1] in ("{", "[") and (len(text) > self.policy.max_item_bytes or len(text) > self.budget):
             # JSON too long to leave whole: the client gets a cut text that no parser reads, so parsing and walking
             # all of it (seconds for tens of megabytes) buys nothing. What can leave is scanned as text, with its
             # \\u escapes undone so that what they hide is cleaned and scanned like the rest (a lenient parser
@@ -329,7 +329,10 @@ def sanitize_result(result: Mapping[str, Any], policy: EffectiveSanitizePolicy) 
     if has_sc:
         # Measured as received, before the walk: a value that cannot leave is not worth scanning (an upstream
         # decides how big it is, up to its message size), and structured output is never cut to fit.
-        size = _json_bytes(original_sc)
+        try:
+            size = len(orjson.dumps(original_sc)) if original_sc is not None else 0
+        except TypeError:
+            size = _json_bytes(original_sc)
         if size > policy.max_result_bytes:
             return out, _oversized(walker.report, size, policy)
         try:

@@ -121,13 +121,14 @@ class StringSanitizer:
         loose: list[str] = []
         members: list[str] = []
         deepest = [0]
-        if not _collect(value, loose, members, 0, deepest) or _beyond_window(loose, members, self.policy):
+        # Order does not matter to a prescan, only that each string stands between separators.
+        joined = PRESCAN_SEPARATOR.join(loose + members) if _collect(value, loose, members, 0, deepest) else None
+        limit = self.policy.max_item_bytes
+        if joined is None or (len(joined) > limit + SCAN_MARGIN and _beyond_window(loose, members, limit)):
             self._patterns = True  # not every string was seen: scan each one as it is walked
             self._plain = False
             self._untouched = False
             return None
-        # Order does not matter to a prescan, only that each string stands between separators.
-        joined = PRESCAN_SEPARATOR.join(loose + members)
         # Cleaning is per string (its CR and joiner rules look at neighbours), so a tree with anything to clean
         # is joined again from its cleaned strings; one C-speed search says whether any string has (the rare case).
         count = len(loose) + len(members)
@@ -141,8 +142,7 @@ class StringSanitizer:
         self._plain = not unclean and not self._patterns
         # A value at depth d sits in a container at d - 1, so nothing is deeper than the deepest container + 1.
         self._untouched = (self._plain and deepest[0] + 1 <= MAX_DEPTH
-                           and _all_fit(loose, self.policy.max_item_bytes)
-                           and _all_fit(members, self.policy.max_item_bytes))
+                           and (len(joined) * 4 <= limit or (_all_fit(loose, limit) and _all_fit(members, limit))))
         return joined
 
     def _secrets_may_match(self, loose: list[str], members: list[str], joined: str) -> bool:
@@ -162,10 +162,10 @@ def window(text: str, size: int) -> tuple[str, int]:
     return text[:size], len(rest) if rest.isascii() else len(rest.encode("utf-8", "surrogatepass"))
 
 
-def _beyond_window(loose: list[str], members: list[str], policy: EffectiveSanitizePolicy) -> bool:
+def _beyond_window(loose: list[str], members: list[str], max_item_bytes: int) -> bool:
     """Whether a string is longer than ``string()`` scans of any string with a limit: a prescan does not judge such
     a value (it would scan what no pass reads, and its verdict would cover keys, which are scanned whole)."""
-    size = policy.max_item_bytes + SCAN_MARGIN
+    size = max_item_bytes + SCAN_MARGIN
     return bool(loose and max(map(len, loose)) > size) or bool(members and max(map(len, members)) > size)
 
 
