@@ -3,7 +3,8 @@
 (Messages an upstream sends *within* a call go back to that call's caller: ``server.relay``.)
 
 The pool hands every such notification here (``on_event``). Two are relayed, both cleaned as upstream text
-first (``sanitize.upstream_text``): ``notifications/resources/updated``, under its public URI, to the sessions
+first (``sanitize.upstream_text``): ``notifications/resources/updated``, under its canonical public URI
+(``bastion.uris``), to the sessions
 subscribed to that resource and to the change feed (modern listen streams); and ``notifications/message``, to
 the sessions that asked for logging and may see something of that upstream (``server.log_relay`` decides who).
 Every other notification is dropped.
@@ -19,6 +20,7 @@ from bastion.access import AccessControl, may_see_upstream
 from bastion.changes import ChangeFeed
 from bastion.server.log_relay import log_targets, stamped
 from bastion.sessions.live import LiveSessions
+from bastion.uris import try_canonical
 from bastion.view import View
 
 # Cleans one notification's params: (upstream, method, params) -> params.
@@ -43,7 +45,9 @@ class UpstreamBroadcast:
             return
         if method != "notifications/resources/updated" or not isinstance(params.get("uri"), str):
             return
-        public = cat.public_uri(self._prefixes[upstream], params["uri"])
+        public = try_canonical(cat.public_uri(self._prefixes[upstream], params["uri"]))
+        if public is None:
+            return  # no canonical form: nobody can have subscribed to it
         cleaned = self._clean(upstream, method, {**params, "uri": public})
         message = {"jsonrpc": "2.0", "method": method, "params": cleaned}
         for live in self._live.all():

@@ -22,6 +22,7 @@ import structlog
 
 from bastion.errors import InvalidParams
 from bastion.tool_entry import ToolEntry
+from bastion.uris import try_canonical
 
 log = structlog.get_logger("bastion.catalogue")
 
@@ -192,12 +193,16 @@ def _resources(ordered: list[UpstreamLists]) -> tuple[list[tuple[str, Mapping[st
 
 
 def route_uri(catalogue: Catalogue, uri: str, unprefixed: Sequence[str]) -> tuple[str, str] | None:
-    """Map a public resource URI to (upstream, original URI)."""
+    """Map a public resource URI in canonical form (``bastion.uris.canonical_uri``) to (upstream, original URI).
+
+    The original URI is the canonical one without the prefix: what the policy judged is what the upstream is sent.
+    An unprefixed upstream's listed URIs and templates are compared in canonical form too."""
     head, sep, rest = uri.partition("+")
     if sep and head in catalogue.prefixes and ":" in rest:
         return catalogue.prefixes[head], rest
     for upstream, res in catalogue.resources:
-        if res.get("uri") == uri and upstream in unprefixed:
+        listed = res.get("uri")
+        if upstream in unprefixed and isinstance(listed, str) and (listed == uri or try_canonical(listed) == uri):
             return upstream, uri
     for upstream, tpl in catalogue.templates:
         if upstream in unprefixed and _template_matches(str(tpl.get("uriTemplate")), uri):
@@ -209,7 +214,7 @@ def route_uri(catalogue: Catalogue, uri: str, unprefixed: Sequence[str]) -> tupl
 
 def _template_matches(template: str, uri: str) -> bool:
     # RFC 6570 level-1 matching is enough to route: literal parts must match, expressions match anything.
-    parts = re.split(r"\{[^}]*\}", template)
+    parts = re.split(r"\{[^}]*\}", try_canonical(template) or template)
     pattern = ".*".join(re.escape(p) for p in parts)
     return re.fullmatch(pattern, uri) is not None
 

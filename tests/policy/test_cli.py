@@ -147,3 +147,15 @@ def test_explain_shows_a_tools_labels_and_decides_on_touched_labels() -> None:
     assert [t["label"] for t in data["flow"]] == ["private_data", "untrusted_content"]
     one = cli(*base, "--touched", "private_data")
     assert one.returncode == 0, one.stdout
+
+
+def test_explain_resource_decides_and_shows_the_canonical_form(tmp_path: Path) -> None:
+    rules = tmp_path / "p.yaml"
+    rules.write_text('version: 1\nrules:\n  - {id: all, effect: allow}\n'
+                     '  - {id: no-secrets, effect: deny, resources: ["files+file:///srv/secret/*"]}\n')
+    result = cli("explain", "--policies", str(rules), "--principal", "alice", "--upstream", "files",
+                 "--resource", "files+FILE://localhost/srv//%73ecret/key.pem", "--json")
+    assert result.returncode == 1, result.stderr
+    out = json.loads(result.stdout)
+    assert (out["decision"], out["rule"], out["resource"]) == ("deny", "no-secrets",
+                                                               "files+file:///srv/secret/key.pem")

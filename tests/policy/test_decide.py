@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from bastion.errors import ConfigError
 from bastion.ratelimit.model import Rate
 from tests.policy.support import policy, tool, who
 
@@ -272,3 +273,44 @@ def test_version_is_a_content_hash() -> None:
     text = "version: 1\nrules: [{id: a, effect: allow}]\n"
     assert policy(text).version == policy(text).version
     assert policy(text).version != policy(text.replace("allow", "deny")).version
+
+
+CANON = policy(r"""
+    version: 1
+    rules:
+      - id: all
+        effect: allow
+      - id: no-secrets
+        effect: deny
+        resources: ["files+FILE://localhost/srv/%73ecret/*"]
+""")
+
+
+@pytest.mark.parametrize("uri", [
+    "files+file:///srv/secret/key.pem", "files+FILE:///srv/secret/key.pem", "FILES+file:///srv/secret/key.pem",
+    "files+file:///srv/%73ecret/key.pem", "files+file:///srv//secret/key.pem", "files+file:////srv/secret/key.pem",
+    "files+file://localhost/srv/secret/key.pem", "files+file:/srv/secret/key.pem",
+    "files+file:///srv/public/../secret/key.pem", "files+file:///srv/%2E%2E/srv/secret/./key.pem",
+])
+def test_every_spelling_of_a_uri_meets_the_rule_written_in_any_spelling(uri: str) -> None:
+    decision = CANON.decide_resource(ENG, "files", uri)
+    assert (decision.allowed, decision.rule_id) == (False, "no-secrets"), uri
+
+
+@pytest.mark.parametrize(("uri", "why"), [
+    ("files+file:///srv/secret%2Fkey.pem", "encoded '/'"), ("files+file:///srv/%25s", "encoded '%'"),
+    ("files+file:///srv/a\\b", "backslash"), ("files+file:///srv/%zz", "'%' not followed"),
+])
+def test_a_uri_without_a_canonical_form_is_never_allowed(uri: str, why: str) -> None:
+    decision = CANON.decide_resource(ENG, "files", uri)
+    assert not decision.allowed and why in decision.reason
+
+
+def test_globs_that_could_never_match_a_canonical_uri_are_load_errors() -> None:
+    for glob in ["file:///srv/../etc/*", "file:///srv/%2e/x", "file:///a%2Fb/*"]:
+        with pytest.raises(ConfigError, match="could never match"):
+            policy(f"""
+                version: 1
+                rules:
+                  - {{id: r, effect: deny, resources: ["{glob}"]}}
+            """)

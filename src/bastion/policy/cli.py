@@ -22,6 +22,7 @@ from bastion.policy.load import load_policies, policy_problems
 from bastion.policy.model import Decision
 from bastion.principal import Principal
 from bastion.tool_entry import ToolEntry
+from bastion.uris import try_canonical
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -89,9 +90,16 @@ def run_explain(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    # A resource is decided, and forwarded upstream, in its canonical form (``bastion.uris``): show which.
+    canonical = try_canonical(args.resource) if args.resource else None
     if args.json:
-        print(json.dumps(decision_json(decision, policy, labels), indent=2))
+        out = decision_json(decision, policy, labels)
+        if args.resource:
+            out["resource"] = canonical
+        print(json.dumps(out, indent=2))
     else:
+        if args.resource:
+            print(f"resource: {canonical if canonical is not None else '(refused: no canonical form)'}")
         _print_decision(decision, policy, labels)
     return EXIT_OK if decision.allowed else EXIT_FAILED
 

@@ -37,6 +37,7 @@ from bastion.policy.names import Glob, is_safe_name, is_safe_uri
 from bastion.principal import Principal
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
 from bastion.tool_entry import ToolEntry
+from bastion.uris import UriRefused, canonical_uri
 
 _MISSING = object()
 
@@ -159,8 +160,18 @@ class PolicySet:
         return self._evaluate(principal, _Target("prompt", public_name, upstream, {}), None)
 
     def decide_resource(self, principal: Principal, upstream: str, uri: str) -> Decision:
-        target = _Target("resource", uri, upstream, {})
-        if not is_safe_uri(uri):
+        """Decide a resource URI in its canonical form (``bastion.uris``): every spelling of one resource meets the
+        same rules. The caller forwards that same form upstream, so the upstream acts on exactly what was judged."""
+        try:
+            canonical = canonical_uri(uri)
+        except UriRefused as exc:
+            # Deny rules still report (on the URI as sent), but nothing may allow a URI without a canonical form.
+            found = self._evaluate(principal, _Target("resource", uri, upstream, {}), None)
+            if not found.allowed and found.rule_id is not None:
+                return found
+            return Decision(False, None, f"resource URI has {exc.reason}; no rule can allow it", found.shadow_denies)
+        target = _Target("resource", canonical, upstream, {})
+        if not is_safe_uri(canonical):
             # Deny rules still report, but nothing may allow a URI whose path could climb.
             found = self._evaluate(principal, target, None)
             if not found.allowed and found.rule_id is not None:

@@ -2,9 +2,10 @@
 
 Tool and prompt names are compared byte for byte over a deliberately small ASCII alphabet. A name outside it
 (a Cyrillic U+0430 standing in for 'a', a zero-width space, a fullwidth letter) is never matched by a glob, so a
-look-alike can never ride on a rule written for the real name. Resource URIs are ASCII by RFC 3986; anything else,
-and any URI whose path could climb out of a prefix (``..``, encoded dots or slashes, backslashes), never matches an
-allow glob.
+look-alike can never ride on a rule written for the real name. Resource URIs are judged in their canonical form
+(``bastion.uris``), and so are the literal parts of resource globs: every spelling of one URI meets the same rules.
+A URI that has no canonical form, or whose path could still climb (``..`` in an opaque URI), never matches an allow
+glob.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 from urllib.parse import unquote
 
 import re2
+
+from bastion.uris import canonical_glob, glob_problem
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _NAME_GLOB_CHAR = re.compile(r"[A-Za-z0-9_.\-*?]")
@@ -45,6 +48,9 @@ def check_uri_glob(text: str) -> str | None:
         return f"invalid URI glob {text!r}: only printable ASCII without spaces is allowed (percent-encode the rest)"
     if text.endswith("\\") and not text.endswith("\\\\"):
         return f"invalid URI glob {text!r}: a trailing backslash escapes nothing"
+    problem = glob_problem(text)
+    if problem is not None:
+        return f"invalid URI glob {text!r}: it could never match, since {problem}"
     return None
 
 
@@ -80,8 +86,10 @@ def compile_name_glob(text: str) -> Glob:
 
 def compile_uri_glob(text: str) -> Glob:
     """Compile a resource URI glob already checked by ``check_uri_glob``. URIs may contain ``*`` and ``?``, so
-    ``\\*``, ``\\?`` and ``\\\\`` stand for the literal characters."""
-    return Glob(text, re2.compile(_translate(text, escapes=True)))
+    ``\\*``, ``\\?`` and ``\\\\`` stand for the literal characters. The literal parts are brought to the canonical
+    form URIs are matched in (``bastion.uris.canonical_glob``): ``FILE:///srv/%73ecret/*`` matches what
+    ``file:///srv/secret/*`` does."""
+    return Glob(text, re2.compile(_translate(canonical_glob(text), escapes=True)))
 
 
 def _translate(text: str, *, escapes: bool) -> str:

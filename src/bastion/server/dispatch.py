@@ -50,6 +50,7 @@ from bastion.server.resources import Resources, map_result_uris, public_contents
 from bastion.server.rounds import Rounds, approval_question, approval_round
 from bastion.server.scope import Scope
 from bastion.server.state import ROUND_FIELDS, StateConfig, StateSealer
+from bastion.uris import try_canonical
 
 __all__ = ["SERVER_INFO", "Dispatcher", "Scope", "map_result_uris", "negotiate", "server_capabilities"]
 
@@ -317,7 +318,7 @@ class Dispatcher:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise InvalidParams("resources/read requires a string 'uri'")
-        upstream, original = self.resources.route_visible(scope, uri)
+        upstream, original, _ = self.resources.route_visible(scope, uri)
         trip = self.rounds.open(scope, m.RESOURCES_READ, uri, params, upstream)
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
         fwd["uri"] = original
@@ -352,9 +353,11 @@ class Dispatcher:
                 entry.upstream, m.COMPLETE, {**params, "ref": {**ref, "name": entry.original_name}}))
         if ref.get("type") == "ref/resource":
             uri = ref.get("uri")
-            routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed) if isinstance(uri, str) \
-                else None
-            if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], str(uri)):
+            # Judged and forwarded in canonical form, like every resource URI (``bastion.uris``).
+            canonical = try_canonical(uri) if isinstance(uri, str) else None
+            routed = cat.route_uri(self.gw.view.catalogue, canonical, self.gw.unprefixed) \
+                if canonical is not None else None
+            if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], canonical or ""):
                 raise InvalidParams(f"Unknown resource template: {uri}")
             return self.gw.clean_result(routed[0], m.COMPLETE, await self.gw.forward(
                 routed[0], m.COMPLETE, {**params, "ref": {**ref, "uri": routed[1]}}))

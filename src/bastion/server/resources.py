@@ -3,9 +3,11 @@
 Every upstream names its resources in its own URI space; bastion serves them all on one endpoint, so a prefixed
 upstream's URIs are public as ``<prefix>+<uri>`` (``bastion.catalogue``). Two directions:
 
-- **in**: a URI a client sends (``resources/read``, ``resources/subscribe``, a listen request) is routed to its
-  upstream and original URI, and only if this caller may see that resource: a hidden resource and a missing one
-  get the same answer;
+- **in**: a URI a client sends (``resources/read``, ``resources/subscribe``, a listen request, a completion's
+  ``ref/resource``) is brought to its canonical form (``bastion.uris``), routed to its upstream and original URI,
+  and only if this caller may see that resource: a hidden resource and a missing one get the same answer. The
+  canonical form is what the policy judges, what subscriptions are kept under and what the upstream is sent; a
+  URI without one is refused as invalid (a syntactic answer, the same whoever asks);
 - **out**: URIs inside what an upstream returns (read contents, links and embedded resources in tool results) get
   their public form, so a client that follows them is routed back to the same upstream.
 
@@ -28,6 +30,7 @@ from bastion.gateway import Gateway
 from bastion.protocol.messages import SubscribeParams
 from bastion.protocol.methods import RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE
 from bastion.server.scope import Scope
+from bastion.uris import UriRefused, canonical_uri
 
 __all__ = ["Resources", "map_result_uris", "public_contents"]
 
@@ -40,33 +43,39 @@ class Resources:
         # The public URIs this replica's open listen streams (2026-07-28) hold upstream subscriptions for.
         self._listened = listened
 
-    def route_visible(self, scope: Scope, uri: object) -> tuple[str, str]:
-        """(upstream, original URI) of a public URI this caller may see; else "not found", whichever it was."""
-        routed = cat.route_uri(self.gw.view.catalogue, uri, self.gw.unprefixed) if isinstance(uri, str) else None
-        if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], str(uri)):
+    def route_visible(self, scope: Scope, uri: object) -> tuple[str, str, str]:
+        """(upstream, original URI, canonical public URI) of a URI this caller may see; else "not found", whichever
+        it was. The original URI is canonical too: forward it, and the upstream acts on what was judged."""
+        if not isinstance(uri, str):
             raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
-        return routed
+        try:
+            public = canonical_uri(uri)
+        except UriRefused as exc:
+            raise InvalidParams(f"Invalid resource URI: it has {exc.reason}", data={"uri": uri}) from None
+        routed = cat.route_uri(self.gw.view.catalogue, public, self.gw.unprefixed)
+        if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], public):
+            raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
+        return routed[0], routed[1], public
 
     async def subscribe(self, scope: Scope, params: SubscribeParams) -> dict[str, Any]:
-        uri = params.get("uri")
-        upstream, original = self.route_visible(scope, uri)
+        upstream, original, public = self.route_visible(scope, params.get("uri"))
         await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original})
         if scope.live is not None:
-            scope.live.subscriptions.add(str(uri))
+            scope.live.subscriptions.add(public)
         return {}
 
     async def unsubscribe(self, scope: Scope, params: SubscribeParams) -> dict[str, Any]:
-        uri = params.get("uri")
-        upstream, original = self.route_visible(scope, uri)
+        upstream, original, public = self.route_visible(scope, params.get("uri"))
         if scope.live is not None:
-            scope.live.subscriptions.discard(str(uri))
+            scope.live.subscriptions.discard(public)
         # Other sessions of this replica, or its listen streams, may still want updates for the same resource.
-        if not self._wanted_here(str(uri)):
+        if not self._wanted_here(public):
             await self.gw.forward(upstream, RESOURCES_UNSUBSCRIBE, {"uri": original})
         return {}
 
     async def listen(self, scope: Scope, uris: Iterable[str]) -> frozenset[str]:
-        """Subscribe upstream to the resources a listen request names; the ones that worked are honoured.
+        """Subscribe upstream to the resources a listen request names; the ones that worked are honoured, under
+        their canonical public URIs.
 
         Only handshake-era upstreams can be subscribed to (``resources/subscribe``): bastion's own listen
         stream to a modern upstream carries list changes only, so their resources are not honoured.
@@ -74,13 +83,13 @@ class Resources:
         honoured: set[str] = set()
         for uri in sorted(uris):
             try:
-                upstream, original = self.route_visible(scope, uri)
+                upstream, original, public = self.route_visible(scope, uri)
                 if self._upstream_is_modern(upstream):
                     continue
                 await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original})
             except ProtocolError:
                 continue
-            honoured.add(uri)
+            honoured.add(public)
         return frozenset(honoured)
 
     async def release(self, uris: Iterable[str], still_wanted: set[str]) -> None:
