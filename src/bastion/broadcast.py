@@ -4,10 +4,10 @@
 
 The pool hands every such notification here (``on_event``). Two are relayed, both cleaned as upstream text
 first (``sanitize.upstream_text``): ``notifications/resources/updated``, under its canonical public URI
-(``bastion.uris``), to the sessions
-subscribed to that resource and to the change feed (modern listen streams); and ``notifications/message``, to
-the sessions that asked for logging and may see something of that upstream (``server.log_relay`` decides who).
-Every other notification is dropped.
+(``bastion.uris``), to the sessions subscribed to that resource and to the change feed (modern listen streams);
+and ``notifications/message``, to the sessions that asked for logging (``server.log_relay`` decides who).
+Every other notification is dropped. Each delivery is authorised for the receiving session's principal under the
+policy in force at that moment (``bastion.delivery``): a subscription made before a reload carries no right.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bastion import catalogue as cat
-from bastion.access import AccessControl, may_see_upstream
+from bastion.access import AccessControl
 from bastion.changes import ChangeFeed
+from bastion.delivery import DeliveryGate, ResourceTopic, UpstreamTopic
 from bastion.server.log_relay import log_targets, stamped
 from bastion.sessions.live import LiveSessions
 from bastion.uris import try_canonical
@@ -32,8 +33,7 @@ class UpstreamBroadcast:
                  access: AccessControl, clean: CleanNotification, changes: ChangeFeed) -> None:
         self._prefixes = dict(prefixes)
         self._live = live
-        self._view = view
-        self._access = access
+        self._gate = DeliveryGate(view, access, [name for name, prefix in self._prefixes.items() if not prefix])
         self._clean = clean
         self._changes = changes
 
@@ -50,14 +50,16 @@ class UpstreamBroadcast:
             return  # no canonical form: nobody can have subscribed to it
         cleaned = self._clean(upstream, method, {**params, "uri": public})
         message = {"jsonrpc": "2.0", "method": method, "params": cleaned}
+        topic = ResourceTopic(public)
         for live in self._live.all():
-            if public in live.subscriptions and live.get_stream is not None:
+            if public in live.subscriptions and live.get_stream is not None \
+                    and self._gate.allows(live.principal, topic):
                 live.get_stream.put_nowait(message)
         self._changes.resource_updated(public, cleaned)
 
     def _relay_log(self, upstream: str, params: Mapping[str, Any]) -> None:
-        targets = log_targets(self._live.all(), params.get("level"),
-                              lambda p: may_see_upstream(self._view(), self._access, p, upstream))
+        topic = UpstreamTopic(upstream)
+        targets = log_targets(self._live.all(), params.get("level"), lambda p: self._gate.allows(p, topic))
         if not targets:
             return
         cleaned = self._clean(upstream, "notifications/message", stamped(upstream, params))

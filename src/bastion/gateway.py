@@ -16,6 +16,7 @@ from bastion.access import AccessControl, AllowAll, may_see_upstream
 from bastion.call import CallContext, CallRecord, Era, Outcome
 from bastion.call_ids import CallIds
 from bastion.changes import ChangeFeed
+from bastion.delivery import DeliveryGate
 from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
 from bastion.pipeline import Pipeline
 from bastion.principal import Principal
@@ -48,6 +49,8 @@ class Gateway:
         # Catalogue changes and resource updates for the front door, which subscribes in its constructor.
         self.changes = changes
         self.access: AccessControl = access or AllowAll()
+        # Decides every message pushed outside a request's answer, at delivery (``bastion.delivery``).
+        self.delivery = DeliveryGate(lambda: self.view, self.access, self.unprefixed)
         # Who sees which tools, per view and policy (tools/list reads it; bastion.visibility).
         self.listings = ToolListings()
         # Clean upstream text on its way to clients outside tool results (progress and log messages, error

@@ -41,6 +41,7 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from bastion import jsonrpc
+from bastion.delivery import list_changes
 from bastion.errors import INVALID_PARAMS, REQUEST_TOO_LARGE, HttpError, MessageRejected, ProtocolError, Refused
 from bastion.gateway import Gateway
 from bastion.principal import Principal
@@ -86,6 +87,8 @@ class McpEndpoint:
         self.on_session = on_session
         self._ids = itertools.count(1)
         self.listeners = dispatcher.listeners
+        # The view the last list changes were worked out against: the next announcement compares with it.
+        self._announced = gateway.view
         gateway.changes.subscribe(self._announce, self.listeners.resource_updated)
 
     # The rooms behind the door, each built on first use from the collaborators the constructor took.
@@ -228,6 +231,9 @@ class McpEndpoint:
 
     async def _announce(self, changed: list[str]) -> None:
         """Relay list changes to every legacy session listening on a GET stream of this replica, and to the
-        modern listen streams that opted into them."""
-        self.listeners.lists_changed(changed)
-        self._sessions.lists_changed(changed)
+        modern listen streams that opted into them: each only if an entry that changed is one its principal may
+        see under the policy in force (``bastion.delivery``)."""
+        old, self._announced = self._announced, self.gw.view
+        found = list_changes(old, self._announced, changed)
+        self.listeners.lists_changed(found)
+        self._sessions.lists_changed(found)

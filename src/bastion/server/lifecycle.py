@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from bastion import jsonrpc, strictjson
+from bastion.delivery import ListChange
 from bastion.errors import INVALID_REQUEST, HttpError, MessageRejected, ProtocolError
 from bastion.gateway import Gateway
 from bastion.principal import Principal
@@ -228,11 +229,14 @@ class SessionLifecycle:
         log.info("session.end", session=session.id[:8], principal=principal.id)
         return Answer.empty(200)
 
-    def lists_changed(self, changed: list[str]) -> None:
-        """Relay list changes to every session of this replica that has a GET stream open."""
+    def lists_changed(self, changes: list[ListChange]) -> None:
+        """Relay list changes to every session of this replica that has a GET stream open and whose principal
+        may see an entry that changed (``bastion.delivery``)."""
         for live in self.gw.live.all():
             if live.get_stream is None:
                 continue
-            for kind in changed:
+            for change in changes:
+                if not self.gw.delivery.allows(live.principal, change):
+                    continue
                 with contextlib.suppress(asyncio.QueueFull):
-                    live.get_stream.put_nowait(jsonrpc.notification(list_changed(kind)))
+                    live.get_stream.put_nowait(jsonrpc.notification(list_changed(change.kind)))

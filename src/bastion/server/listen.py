@@ -8,6 +8,10 @@ with the honoured subset of what it asked for; every message carries the listen 
 ``ListenFilter`` is the pure part (parsing, the acknowledgement, "does this stream want this change?");
 ``Listeners`` keeps the open streams of this replica. Streams are per replica like legacy GET streams: every
 replica learns of upstream changes on its own, so each one informs its own listeners.
+
+What a stream opted into is not what it may receive: each message is authorised when it is delivered, for the
+stream's principal under the policy in force then (``bastion.delivery``), so a reload that hides a resource or a
+list's entries stops what the stream hears of them at once.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bastion import jsonrpc
+from bastion.delivery import DeliveryGate, ListChange, ResourceTopic
 from bastion.errors import InvalidParams
+from bastion.principal import Principal
 from bastion.protocol.messages import ListenParams
 from bastion.protocol.meta import SUBSCRIPTION_ID_KEY as SUBSCRIPTION_ID
 from bastion.protocol.methods import ACKNOWLEDGED, RESOURCE_UPDATED, list_changed
@@ -79,7 +85,7 @@ class Stream:
     """One open listen stream. ``queue`` holds ready-to-send messages; ``None`` ends the stream."""
 
     subscription_id: jsonrpc.RequestId
-    principal_id: str
+    principal: Principal  # who listens: every message is authorised for it at delivery
     filter: ListenFilter
     queue: asyncio.Queue[dict[str, Any] | None] = field(
         default_factory=lambda: asyncio.Queue(MAX_BUFFERED + 1))
@@ -95,9 +101,10 @@ class Stream:
 
 
 class Listeners:
-    """The listen streams open on this replica."""
+    """The listen streams open on this replica; ``gate`` authorises each message for each stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: DeliveryGate) -> None:
+        self._gate = gate
         self._streams: set[Stream] = set()
 
     def open(self, stream: Stream) -> None:
@@ -112,15 +119,17 @@ class Listeners:
     def wanted_resources(self) -> set[str]:
         return {uri for s in self._streams for uri in s.filter.resources}
 
-    def lists_changed(self, changed: list[str]) -> None:
+    def lists_changed(self, changes: list[ListChange]) -> None:
         for stream in self.all():
-            for kind in changed:
-                if stream.filter.wants_list(kind):
-                    stream.offer(tagged(list_changed(kind), {}, stream.subscription_id))
+            for change in changes:
+                if stream.filter.wants_list(change.kind) and self._gate.allows(stream.principal, change):
+                    stream.offer(tagged(list_changed(change.kind), {}, stream.subscription_id))
 
     def resource_updated(self, uri: str, params: Mapping[str, Any]) -> None:
+        """An update of the resource with canonical public URI ``uri``."""
+        topic = ResourceTopic(uri)
         for stream in self.all():
-            if stream.filter.wants_resource(uri):
+            if stream.filter.wants_resource(uri) and self._gate.allows(stream.principal, topic):
                 stream.offer(tagged(RESOURCE_UPDATED, params, stream.subscription_id))
 
     def end_all(self) -> None:

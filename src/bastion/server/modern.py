@@ -134,7 +134,7 @@ class ModernDoor:
         assert msg.id is not None
         wanted = ListenFilter.from_params(cast(ListenParams, msg.params))
         resources = await self.dispatcher.listen_resources(scope, wanted.resources)
-        stream = Stream(msg.id, scope.principal.id, ListenFilter(lists=wanted.lists, resources=resources))
+        stream = Stream(msg.id, scope.principal, ListenFilter(lists=wanted.lists, resources=resources))
         self.listeners.open(stream)
         ack = tagged(ACKNOWLEDGED, {"notifications": stream.filter.honoured()}, msg.id)
         log.info("listen.open", principal=scope.principal.id, lists=sorted(stream.filter.lists),

@@ -11,6 +11,9 @@ upstream's URIs are public as ``<prefix>+<uri>`` (``bastion.catalogue``). Two di
 - **out**: URIs inside what an upstream returns (read contents, links and embedded resources in tool results) get
   their public form, so a client that follows them is routed back to the same upstream.
 
+Subscriptions are asked for once but delivered many times: whether an update reaches a subscriber is decided
+again at each delivery (``bastion.delivery``), under the policy in force then.
+
 An upstream subscription is shared by every session and listen stream of this replica that wants the resource:
 bastion subscribes upstream for each subscriber, and unsubscribes only once nobody here wants it any more.
 
