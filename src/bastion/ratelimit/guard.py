@@ -59,7 +59,8 @@ class RateLimitGuard:
         try:
             caps = cap_checks(ctx, record, self._cfg)
             if caps:
-                await cleanup.enter_async_context(self._limiter.lease(caps))
+                # The record's ``extra`` hears when the lease outlives the call (``held_over``, see the lease).
+                await cleanup.enter_async_context(self._limiter.lease(caps, record.extra))
             verdict = await self._limiter.check(rate_checks(ctx, record, self._cfg))
             if verdict.degraded:
                 record.extra["ratelimit_degraded"] = True

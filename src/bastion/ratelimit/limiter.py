@@ -2,7 +2,9 @@
 
 A ``Limiter`` answers two questions for one call: may it start now (``check``, GCRA over every rate limit that
 applies, all-or-nothing), and may it run alongside those already in flight (``lease``, an async context manager
-that holds one slot of every concurrency cap until the call ends, however it ends).
+that holds one slot of every concurrency cap until the call's work ends, however it ends). The work ends with the
+call, unless the call abandoned its upstream request (cancelled, timed out, the client hung up): the upstream may
+still be running it, so the slot is held over until the upstream is done (``bastion.holdover``).
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
+from contextvars import Token
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
 from bastion.errors import RateLimited
+from bastion.holdover import Abandoned, CallHold, enter_hold, exit_hold
 from bastion.ratelimit.gcra import RateCheck
 
 log = structlog.get_logger("bastion.ratelimit")
@@ -55,12 +59,14 @@ class Verdict:
 
 @dataclass(slots=True)
 class LimiterStats:
-    """Counters for the metrics module. ``failed_*`` count calls decided without Redis, per failure mode."""
+    """Counters for the metrics module. ``failed_*`` count calls decided without Redis, per failure mode;
+    ``held_over`` counts leases kept past their call because the upstream may still be running it."""
 
     checks: int = 0
     rejected: int = 0
     failed_open: int = 0
     failed_closed: int = 0
+    held_over: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,8 @@ class Limiter(ABC):
         self._on_event = on_event
         # Releases that outlive a cancelled caller; kept referenced so they are not garbage-collected mid-flight.
         self._background: set[asyncio.Task[None]] = set()
+        # Leases whose call ended while the upstream may still run it (``bastion.holdover``), until it is done.
+        self._held_over: set[Lease] = set()
 
     @property
     def healthy(self) -> bool:
@@ -97,12 +105,21 @@ class Limiter(ABC):
             self._rejected(verdict.limit)
         return verdict
 
-    def lease(self, caps: Sequence[CapCheck]) -> Lease:
-        """``async with limiter.lease(caps):`` holds one slot of every cap; raises ``RateLimited`` when full."""
-        return Lease(self, tuple(caps))
+    def lease(self, caps: Sequence[CapCheck], notes: MutableMapping[str, Any] | None = None) -> Lease:
+        """``async with limiter.lease(caps):`` holds one slot of every cap; raises ``RateLimited`` when full.
+        ``notes`` (the call record's ``extra``) gets ``held_over``, the caps' names, when the lease outlives the
+        call."""
+        return Lease(self, tuple(caps), notes)
+
+    @property
+    def held_over(self) -> int:
+        """Leases held now past their call, for upstream requests that may still be running."""
+        return len(self._held_over)
 
     async def aclose(self) -> None:
-        """Wait for pending releases (bounded by the store's own timeout)."""
+        """Release the leases still held over, and wait for pending releases (bounded by the store's timeout)."""
+        for lease in list(self._held_over):
+            lease.let_go("shutdown")
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
@@ -134,18 +151,28 @@ class Limiter(ABC):
 
 
 class Lease:
-    """One slot of each cap for the duration of a call, renewed by a heartbeat so that only live calls count.
+    """One slot of each cap for the duration of a call's work, renewed by a heartbeat so only live work counts.
 
-    Released on any exit: success, exception, timeout, or cancellation of the caller's task (the client went
-    away). A release interrupted by a second cancellation finishes in the background.
+    Released when the call ends: success, exception, timeout, or cancellation of the caller's task (the client
+    went away), unless the call abandoned an upstream request on its way out (``bastion.holdover``): then the
+    lease, and its heartbeat, live on until the upstream answers that request, its connection is lost, or the
+    grace period ends, whichever comes first. A release interrupted by a second cancellation finishes in the
+    background; a release runs once whatever ends the lease.
     """
 
-    def __init__(self, limiter: Limiter, caps: tuple[CapCheck, ...]) -> None:
+    __slots__ = ("_caps", "_heartbeat", "_held", "_hold", "_id", "_limiter", "_notes", "_since", "_token")
+
+    def __init__(self, limiter: Limiter, caps: tuple[CapCheck, ...],
+                 notes: MutableMapping[str, Any] | None = None) -> None:
         self._limiter = limiter
         self._caps = caps
+        self._notes = notes
         self._id = uuid.uuid4().hex
         self._held = False
         self._heartbeat: asyncio.Task[None] | None = None
+        self._hold: CallHold | None = None
+        self._token: Token[CallHold | None] | None = None
+        self._since = 0
 
     async def __aenter__(self) -> Lease:
         if not self._caps:
@@ -165,10 +192,21 @@ class Lease:
         self._held = acquired.held
         if self._held:
             self._heartbeat = asyncio.create_task(self._beat(), name=f"bastion-lease-{self._id}")
+            # The upstream transport marks this hold if the call abandons a request it forwarded.
+            self._hold, self._token = enter_hold()
+            self._since = len(self._hold.abandoned)  # a shared hold may list what others abandoned before
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            exit_hold(hold, self._token)
+            self._token = None
+            waiting = hold.waiting(self._since)
+            if waiting and self._held:
+                self._hold_over(waiting)
+                return
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
@@ -176,6 +214,38 @@ class Lease:
             return
         self._held = False
         await asyncio.shield(self._release_in_background())
+
+    def _hold_over(self, waiting: list[Abandoned]) -> None:
+        """Keep the slot (and its heartbeat) until the upstream is done with every request the call abandoned."""
+        limiter = self._limiter
+        limiter._held_over.add(self)
+        limiter.stats.held_over += 1
+        if self._notes is not None:
+            self._notes["held_over"] = [cap.name for cap in self._caps]
+        log.info("ratelimit.lease_held_over", caps=[cap.name for cap in self._caps],
+                 upstream=waiting[0].upstream, request_id=waiting[0].request_id)
+        left = len(waiting)
+
+        def done(reason: str) -> None:
+            nonlocal left
+            left -= 1
+            if left == 0:
+                self.let_go(reason)
+
+        for abandoned in waiting:
+            abandoned.hold(done)
+
+    def let_go(self, reason: str) -> None:
+        """Release a held-over lease now (the upstream is done, or the gateway stops); once, whoever calls."""
+        self._limiter._held_over.discard(self)
+        if not self._held:
+            return
+        self._held = False
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        log.info("ratelimit.lease_released", caps=[cap.name for cap in self._caps], reason=reason)
+        self._release_in_background()
 
     def _release_in_background(self) -> asyncio.Task[None]:
         release = asyncio.create_task(self._limiter._release(self._caps, self._id))

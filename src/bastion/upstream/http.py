@@ -147,6 +147,8 @@ class HttpUpstream(HttpPeer):
             if generation != self._generation:
                 return  # another request already did it
             log.info("upstream.session_expired", upstream=self.name)
+            # The server forgot the session (it restarted): the work it had of ours went with it.
+            self._rpc.end_abandoned("connection_lost")
             await self._initialize()
         # A server that lost our session may have restarted with a different tool list.
         await self._rpc.on_notification(TOOLS_LIST_CHANGED, {})

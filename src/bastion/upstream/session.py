@@ -47,6 +47,7 @@ from bastion.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from bastion.holdover import Abandoned, current_hold
 from bastion.protocol.meta import SUBSCRIPTION_ID_KEY as SUBSCRIPTION_ID
 from bastion.protocol.methods import CANCELLED, LISTEN, LOG_MESSAGE, PROGRESS, ROOTS_LIST
 from bastion.stopping import cancel_and_wait
@@ -136,6 +137,9 @@ class RpcSession:
         self._stray_counts: dict[str, int] = {}
         self._serving: dict[Any, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
+        # Requests whose caller gave up while the upstream may still be working on them, for the slots their calls
+        # hold over until it is done (``bastion.holdover``): its answer, the connection's end, or the grace period.
+        self._abandoned: dict[int, Abandoned] = {}
 
     # -- outgoing --------------------------------------------------------------------------------------------
 
@@ -171,15 +175,46 @@ class RpcSession:
         except TimeoutError:
             # The caller's answer leaves now. The notice goes out in the background under a deadline of its own:
             # awaiting it here would hold the caller for as long as a frozen upstream takes to read it.
+            self._abandon(pending, reported_timeout or timeout)
             self.spawn(self.cancel(pending.id, "timeout"))
             raise UpstreamTimeout(self.name, reported_timeout or timeout or 0.0) from None
         except asyncio.CancelledError:
             # This task is being cancelled, so the notice goes out from a task of its own.
+            self._abandon(pending, reported_timeout or timeout)
             self.spawn(self.cancel(pending.id, "cancelled"))
             raise
         finally:
             self._finish(pending)
         return self._result(response)
+
+    def _abandon(self, pending: Pending, grace_s: float | None) -> None:
+        """The caller stops waiting while the upstream may go on: when the call holds slots for its work (a
+        concurrency lease), they stay held until the upstream is done with this request (``bastion.holdover``)."""
+        hold = current_hold()
+        future = pending.future
+        if hold is None or hold.closed or grace_s is None or (future.done() and not future.cancelled()):
+            # No slot to keep, a request meant to last (listen), or the answer (or the connection's end) is in; the
+            # cancellation of the caller's task cancels the future it awaited, which says nothing of the upstream.
+            return
+        rid = pending.id
+        abandoned = Abandoned(self.name, rid, grace_s)
+        self._abandoned[rid] = abandoned
+
+        def forget(_reason: str) -> None:
+            self._abandoned.pop(rid, None)
+
+        abandoned.hold(forget)
+        hold.abandoned.append(abandoned)
+
+    def end_abandoned(self, reason: str) -> None:
+        """The upstream's work on every abandoned request is over (its connection or process is gone)."""
+        for abandoned in list(self._abandoned.values()):
+            abandoned.end(reason)
+
+    @property
+    def abandoned(self) -> int:
+        """Abandoned requests the upstream may still be working on."""
+        return len(self._abandoned)
 
     @staticmethod
     def remaining(deadline: float) -> float:
@@ -246,6 +281,7 @@ class RpcSession:
                 pending.future.set_exception(UpstreamUnavailable(self.name, log_detail=detail))
         for task in self._serving.values():
             task.cancel()
+        self.end_abandoned("connection_lost")
 
     # -- incoming --------------------------------------------------------------------------------------------
 
@@ -289,6 +325,10 @@ class RpcSession:
             reason = "duplicate"
         elif not _valid_id(rid):
             reason = "malformed_id"
+        elif _is_int(rid) and rid in self._abandoned:
+            # The answer to a request its caller gave up on: the upstream is done with it, its slots are free.
+            self._abandoned[rid].end("answered")
+            reason = "late"
         elif _is_int(rid) and rid in self._finished:
             reason = "late"
         else:
@@ -330,6 +370,9 @@ class RpcSession:
             if ours is not None and not ours.future.done():
                 # A modern stdio server ends a subscription this way.
                 ours.future.set_exception(UpstreamUnavailable(self.name, log_detail=f"server cancelled {rid}"))
+            abandoned = self._abandoned.get(rid) if _is_int(rid) else None
+            if abandoned is not None:
+                abandoned.end("answered")  # the server says it stopped working on it
             return
         if target is None and method == LOG_MESSAGE and answers:
             # stdio has no per-request stream: a log message during calls goes to every caller in flight, once
