@@ -350,9 +350,13 @@ def call_record(
     doc["violations"] = [_short(v, _MAX_STRING) for v in rec.violations] if rec.violations else []
     doc["shadow_denies"] = list(rec.shadow) if rec.shadow else []
     doc["sanitize"] = {str(k): int(v) for k, v in rec.sanitize.items()} if rec.sanitize else {}
-    if rec.extra and "flow" in rec.extra:
-        # A denial by a flow rule: the earlier calls (tool, time, call_id) that set each label it reads.
-        doc["flow"] = rec.extra["flow"]
+    if rec.extra:
+        if "flow" in rec.extra:
+            # A denial by a flow rule: the earlier calls (tool, time, call_id) that set each label it reads.
+            doc["flow"] = rec.extra["flow"]
+        if "held_over" in rec.extra:
+            # The call ended while the upstream may still run it: these caps keep its slot until the upstream is done.
+            doc["held_over"] = [_short(str(name)) for name in rec.extra["held_over"]]
     doc["error"] = None if error is None else _error_summary(error)
     doc["arguments_digest"], note = _digest(arguments)
     if log_arguments:
