@@ -151,7 +151,9 @@ def build(settings: Settings) -> Components:
     audit_log = build_audit_log(audit_cfg, redis_client, on_sink_failure=metrics.audit_sink_failed)
     events = AuditEvents(audit_log.emit)
     holder, watcher = _policy(settings, events, metrics)
-    store, sweeper, session_count = _sessions(settings, redis_client, events, metrics)
+    # Every way a session ends ends its live state here too (streams, subscriptions, log relay).
+    live = LiveSessions(settings.sessions.idle_timeout_s)
+    store, sweeper, session_count = _sessions(settings, redis_client, events, metrics, live)
     # Lists, calls and relayed notifications all ask the same access policy.
     access: AccessControl = PolicyAccess(holder) if holder is not None else AllowAll()
     limiter = _limiter(limits_cfg, redis_clients, metrics)
@@ -208,7 +210,6 @@ def build(settings: Settings) -> Components:
             restarts[name] = restarts.get(name, 0) + 1  # for the admin console's overview
 
     cleaner = UpstreamTextCleaner(sanitize_cfg)
-    live = LiveSessions(settings.sessions.idle_timeout_s)
     broadcast = UpstreamBroadcast({u.name: u.prefix for u in settings.upstreams}, live, lambda: views.view,
                           access, cleaner.clean_notification, changes)
     pool = UpstreamPool(members, views.rebuild, debounce_s=settings.catalogue.refresh_debounce_s,
@@ -297,13 +298,15 @@ def _policy(settings: Settings, events: AuditEvents,
 
 
 def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: AuditEvents,
-              metrics: Metrics) -> tuple[SweptStore, SessionSweeper, dict[str, int]]:
+              metrics: Metrics, live: LiveSessions) -> tuple[SweptStore, SessionSweeper, dict[str, int]]:
     """The session store (with Redis, sessions live there so any replica can serve any session; without, in this
     process), its sweeper, and the sweeper's last count (for the admin console's overview)."""
     cfg = settings.sessions
 
     def session_expired(data: SessionData) -> None:
-        # Found by the sweeper (or on access): the end of the session is audited and leaves the gauge.
+        # Found by the sweeper (or on access): its stream and subscriptions on this replica end with it, its end
+        # is audited and it leaves the gauge.
+        live.end(data.id)
         metrics.session_closed()
         events.session_ended_soon(data.id, era="legacy", principal=None, client_info=data.client_info,
                                   protocol_version=data.protocol_version or None, reason="expired",

@@ -22,6 +22,9 @@ class Principal:
     groups: frozenset[str] = frozenset()
     attributes: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     auth_method: AuthMethod = "none"
+    # When the credential expires (epoch seconds; a JWT's ``exp`` plus the allowed leeway), if it does: what
+    # outlives one request (a GET stream) ends then. Not part of who the caller is (equality, hashing).
+    expires_at: float | None = field(default=None, compare=False)
 
     @classmethod
     def anonymous(cls) -> Principal:

@@ -45,3 +45,32 @@ async def test_the_memory_store_reports_expired_sessions_once() -> None:
     assert sorted(expired) == ["a", "b"]
     assert await store.delete("a") is False
     assert await store.count() == 0
+
+
+async def test_end_closes_the_stream_and_stops_subscriptions_but_lets_running_calls_finish() -> None:
+    live = LiveSessions()
+    session = live.get("s")
+    task = asyncio.create_task(asyncio.sleep(10))
+    session.inflight[1] = call = InflightCall(task)
+    session.pending[7] = asked = asyncio.get_running_loop().create_future()
+    session.get_stream = queue = asyncio.Queue()
+    session.subscriptions.add("basic+mem://a")
+    session.log_level = "debug"
+    live.end("s")
+    await asyncio.sleep(0)
+    assert queue.get_nowait() == {}
+    assert not session.subscriptions and session.log_level is None
+    assert asked.cancelled()
+    assert not task.cancelled() and not call.by_client  # authorised when it started, bounded by its timeout
+    assert live.all() == []  # no sender finds it any more
+    task.cancel()
+
+
+async def test_memory_peek_does_not_keep_a_session_alive() -> None:
+    from bastion.sessions.store import MemorySessionStore, SessionData
+
+    store = MemorySessionStore(idle_timeout_s=0.1, max_sessions=10)
+    await store.create(SessionData(id="a", principal_id="p", protocol_version="2025-11-25"))
+    assert await store.peek("a") is not None
+    await asyncio.sleep(0.15)
+    assert await store.peek("a") is None

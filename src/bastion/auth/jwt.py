@@ -68,7 +68,10 @@ def principal_from_claims(claims: Mapping[str, Any], cfg: JwtConfig) -> Principa
         # Fail loudly rather than quietly dropping groups: a wrong claim shape is an IdP config error.
         raise CredentialRejected(f"JWT claim {cfg.groups_claim!r} is neither a list of strings nor a string")
     attributes = {k: v for k, v in claims.items() if k not in REGISTERED_CLAIMS}
-    return Principal(id=principal_id, groups=groups, attributes=MappingProxyType(attributes), auth_method="jwt")
+    exp = claims.get("exp")
+    expires_at = float(exp) + cfg.leeway_s if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+    return Principal(id=principal_id, groups=groups, attributes=MappingProxyType(attributes), auth_method="jwt",
+                     expires_at=expires_at)
 
 
 def _claim(claims: Mapping[str, Any], name: str) -> Any:

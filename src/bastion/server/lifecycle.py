@@ -53,6 +53,13 @@ log = structlog.get_logger("bastion.http")
 SessionEvent = Callable[[str, SessionData, Principal], Awaitable[None]]
 
 
+def stream_tick(idle_timeout_s: float) -> float:
+    """How often an idle GET stream sends a keep-alive and re-checks its session: every ``KEEPALIVE_S``, or half
+    the idle timeout when that is shorter (a session's expiry found by another replica is then noticed here within
+    half its idle time)."""
+    return max(0.05, min(KEEPALIVE_S, idle_timeout_s / 2))
+
+
 class SessionLifecycle:
     def __init__(self, gateway: Gateway, dispatcher: Dispatcher, responder: Responder,
                  on_session: SessionEvent | None) -> None:
@@ -189,7 +196,14 @@ class SessionLifecycle:
     # -- GET and DELETE -------------------------------------------------------------------------------------
 
     async def stream(self, request: Request, principal: Principal, sse_ok: bool) -> Response:
-        """The session's stream of unsolicited messages (``GET``), until the client goes or the session ends."""
+        """The session's stream of unsolicited messages (``GET``), until the client goes or the session ends.
+
+        A stream is authorised once, when it opens, and may stay open for hours, so it does not rely on that:
+        every way its session ends ends it (``LiveSessions.end``: DELETE, expiry and eviction found on this
+        replica), and at each keep-alive tick it re-checks its session in the store without refreshing it, so a
+        session ended through another replica (with Redis) closes the stream within one tick. A stream opened with
+        a JWT also closes when the token expires (``exp``): the client reconnects with a fresh one.
+        """
         session = await self.find(request, principal)
         if not sse_ok:
             raise HttpError(406, "Not Acceptable: GET requires Accept: text/event-stream")
@@ -199,15 +213,25 @@ class SessionLifecycle:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         live.get_stream = queue
         live.principal, live.log_level = principal, session.log_level  # for upstream log relay
+        tick = stream_tick(self.gw.settings.sessions.idle_timeout_s)
+        expires = principal.expires_at
 
         async def events() -> AsyncIterator[bytes]:
             try:
                 yield b": bastion stream open\n\n"
                 while True:
+                    wait = tick if expires is None else min(tick, expires - time.time())
+                    if wait <= 0:
+                        log.info("session.stream_closed", session=session.id[:8], reason="credential_expired")
+                        return
                     try:
-                        async with asyncio.timeout(KEEPALIVE_S):
+                        async with asyncio.timeout(wait):
                             item = await queue.get()
                     except TimeoutError:
+                        if not await self._still_open(session, principal):
+                            self.gw.live.end(session.id)
+                            log.info("session.stream_closed", session=session.id[:8], reason="session_ended")
+                            return
                         yield b": keep-alive\n\n"
                         continue
                     if not item:  # the session ended
@@ -218,6 +242,15 @@ class SessionLifecycle:
                     live.get_stream = None
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def _still_open(self, session: SessionData, principal: Principal) -> bool:
+        """Whether the stream's session is still open, asked without counting as a use; an unavailable store
+        keeps the stream (an outage ends no session: ``sessions.fallback``)."""
+        try:
+            data = await self.gw.store.peek(session.id)
+        except HttpError:
+            return True
+        return data is not None and data.principal_id == principal.id
 
     async def close(self, request: Request, principal: Principal) -> Answer:
         """``DELETE``: the session ends, on every replica (the store) and on this one (its live state)."""

@@ -100,6 +100,17 @@ class CachedSessionStore:
             self._remember(data, now)
         return data
 
+    async def peek(self, session_id: str) -> SessionData | None:
+        """The copy while it is trusted (no touch owed: a peek is not a use), else the inner store's answer."""
+        entry = self._entries.get(session_id)
+        if entry is not None and self._clock() - entry.confirmed < self.trust_s:
+            return entry.data
+        data = await self._inner.peek(session_id)
+        if data is None:
+            self._entries.pop(session_id, None)
+            self._touch.discard(session_id)
+        return data
+
     async def create(self, data: SessionData) -> None:
         sent = self._clock()
         await self._inner.create(data)

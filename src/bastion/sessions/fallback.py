@@ -132,6 +132,26 @@ class FallbackSessionStore:
         self._local.pop(session_id, None)  # Redis kept its data: the session was deleted or expired elsewhere
         return None
 
+    async def peek(self, session_id: str) -> SessionData | None:
+        """Redis's answer; while Redis is down, the local copy (a stream is not ended by an outage), else 503."""
+        try:
+            data = await self._inner.peek(session_id)
+        except SessionStoreUnavailable as exc:
+            self._down("peek", exc)
+            if session_id in self._deleted:
+                return None
+            local = self._fresh(session_id)
+            if local is None:
+                raise
+            return local.data
+        self._up()
+        if session_id in self._deleted:
+            return None
+        local = self._local.get(session_id)
+        if data is None and local is not None and local.pending == "create":
+            return local.data  # created here during the outage, not yet written back
+        return data
+
     async def create(self, data: SessionData) -> None:
         try:
             await self._inner.create(data)

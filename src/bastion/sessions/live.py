@@ -83,11 +83,24 @@ class LiveSessions:
             del self._live[sid]
 
     def drop(self, session_id: str) -> None:
+        """The client ended the session (``DELETE``): what runs on it is cancelled as the client's cancellation,
+        and its live state ends (``end``)."""
+        live = self._live.get(session_id)
+        if live is not None:
+            for call in live.inflight.values():
+                call.cancel()
+        self.end(session_id)
+
+    def end(self, session_id: str) -> None:
+        """The session ended, whichever way (deleted, expired, evicted, found gone by its stream): its GET stream
+        closes, its subscriptions and log floor go, so nothing is sent for it any more, and the requests bastion
+        sent its client are abandoned (the answer could only come within the session). Calls already running
+        finish on their own POST streams: each was authorised when it started and is bounded by its timeout."""
         live = self._live.pop(session_id, None)
         if live is None:
             return
-        for call in live.inflight.values():
-            call.cancel()
+        live.subscriptions.clear()
+        live.log_level = None
         for fut in live.pending.values():
             if not fut.done():
                 fut.cancel()

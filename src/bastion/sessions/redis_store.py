@@ -111,6 +111,18 @@ class RedisSessionStore:
             await self._call("delete", lambda: self._redis.delete(self._key(session_id)))
             return None
 
+    async def peek(self, session_id: str) -> SessionData | None:
+        """``GET``: the session if its key exists, without refreshing its idle TTL (a re-check is not a use)."""
+        if not _SESSION_ID.match(session_id):
+            return None
+        raw = await self._call("peek", lambda: self._redis.get(self._key(session_id)))
+        if raw is None:
+            return None
+        try:
+            return SessionData.from_json(raw)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None  # the next get removes it
+
     async def confirm(self, session_ids: Collection[str]) -> dict[str, SessionData]:
         """The write-behind touch of ``CachedSessionStore``: ``GETEX`` for every id in one pipelined round trip,
         refreshing each TTL as ``get`` would. Returns the sessions that exist; an unreadable one is left out (its

@@ -62,6 +62,10 @@ class SessionStore(Protocol):
 
     async def get(self, session_id: str) -> SessionData | None: ...
 
+    async def peek(self, session_id: str) -> SessionData | None:
+        """The session if it is still open, without counting as a use (the idle timeout is not refreshed): for a
+        GET stream re-checking that its session has not ended elsewhere."""
+
     async def update(self, data: SessionData) -> None: ...
 
     async def delete(self, session_id: str) -> bool: ...
@@ -116,6 +120,15 @@ class MemorySessionStore:
             self._expire(session_id)
             return None
         self._data[session_id] = (entry[0], now)
+        return entry[0]
+
+    async def peek(self, session_id: str) -> SessionData | None:
+        entry = self._data.get(session_id)
+        if entry is None:
+            return None
+        if time.monotonic() - entry[1] > self._idle:
+            self._expire(session_id)
+            return None
         return entry[0]
 
     async def update(self, data: SessionData) -> None:

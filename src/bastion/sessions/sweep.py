@@ -65,6 +65,9 @@ class IndexedRedisSessions:
     async def get(self, session_id: str) -> SessionData | None:
         return await self._store.get(session_id)
 
+    async def peek(self, session_id: str) -> SessionData | None:
+        return await self._store.peek(session_id)
+
     async def update(self, data: SessionData) -> None:
         await self._store.update(data)
 

@@ -1,0 +1,144 @@
+"""Through the running gateway: a GET stream ends with its session, whichever way the session ends (expiry, DELETE
+through another replica, the JWT it was opened with expiring)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+
+from bastion.auth.apikeys import hash_key
+from tests.e2e.conftest import stdio_upstream
+from tests.support.gateway import GatewayProcess
+from tests.support.jwks import JwksServer, rsa_pair
+from tests.support.net import free_port
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import RpcClient
+
+ALICE = "bst_alice_" + "a" * 40
+BOB = "bst_bob_" + "b" * 40
+KEYS = {"auth": {"api_keys": [{"id": "alice", "hash": hash_key(ALICE)}, {"id": "bob", "hash": hash_key(BOB)}]}}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+class Stream:
+    """A session's GET stream read on a thread: what arrived, and when the gateway ended it."""
+
+    def __init__(self, url: str, session_id: str, headers: dict[str, str]) -> None:
+        self.lines: list[str] = []
+        self.status: int | None = None
+        self.ended_at: float | None = None
+        self._opened = threading.Event()
+        self._client = httpx.Client(timeout=httpx.Timeout(60.0, read=60.0))
+        self._headers = {**headers, "Accept": "text/event-stream", "Mcp-Session-Id": session_id,
+                         "MCP-Protocol-Version": "2025-11-25"}
+        self._thread = threading.Thread(target=self._read, args=(url,), daemon=True)
+        self._thread.start()
+        assert self._opened.wait(10), "the GET stream did not open"
+        assert self.status == 200
+
+    def _read(self, url: str) -> None:
+        try:
+            with self._client.stream("GET", url, headers=self._headers) as r:
+                self.status = r.status_code
+                self._opened.set()
+                for line in r.iter_lines():
+                    self.lines.append(line)
+        except httpx.HTTPError:
+            pass
+        finally:
+            self.ended_at = time.monotonic()
+            self._opened.set()
+
+    def wait_end(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return self.ended_at is not None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@pytest.fixture
+def gw(tmp_path: Path) -> Iterator[GatewayProcess]:
+    gateway = GatewayProcess({**KEYS, "upstreams": {"basic": stdio_upstream()},
+                              "sessions": {"idle_timeout": "3s", "sweep_interval": "200ms"}}, tmp_path).start()
+    yield gateway
+    gateway.stop()
+
+
+def test_an_expired_sessions_stream_closes(gw: GatewayProcess) -> None:
+    client = RpcClient(gw.url, bearer(ALICE))
+    client.initialize()
+    opened = time.monotonic()
+    stream = Stream(gw.url, client.session_id or "", bearer(ALICE))
+    try:
+        assert stream.wait_end(10), "the expired session's stream stayed open"
+        assert stream.ended_at is not None and stream.ended_at - opened >= 3.0  # the stream is not a use
+        ends = gw.wait_records("session.end", 1)
+        assert [(r["session"], r["reason"]) for r in ends] == [(client.session_id, "expired")]
+        assert client.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}).status_code == 404
+    finally:
+        stream.close()
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, redis_server: RedisServer) -> Iterator[list[GatewayProcess]]:
+    config: dict[str, Any] = {
+        **KEYS, "redis": {"url": redis_server.url.replace("/0", "/5")}, "upstreams": {"basic": stdio_upstream()},
+        "sessions": {"idle_timeout": "4s"}}
+    gws = [GatewayProcess(config, tmp_path).start(), GatewayProcess(config, tmp_path).start()]
+    yield gws
+    for g in gws:
+        g.stop()
+
+
+def test_a_session_ended_through_another_replica_closes_its_stream_within_a_tick(
+        replicas: list[GatewayProcess]) -> None:
+    a, b = replicas
+    deleted = RpcClient(a.url, bearer(ALICE))
+    deleted.initialize()
+    streams = [Stream(b.url, deleted.session_id or "", bearer(ALICE))]  # held by replica b
+    try:
+        ended = time.monotonic()
+        assert deleted.http.delete(a.url, headers={**bearer(ALICE), "Mcp-Session-Id": deleted.session_id or "",
+                                                   "MCP-Protocol-Version": "2025-11-25"}).status_code == 200
+        assert streams[0].wait_end(4), "a DELETE through replica a left the stream on b open"
+        assert streams[0].ended_at is not None and streams[0].ended_at - ended < 3.0  # one tick: idle_timeout / 2
+    finally:
+        for s in streams:
+            s.close()
+
+
+def test_a_stream_closes_when_the_jwt_it_was_opened_with_expires(tmp_path: Path) -> None:
+    key = rsa_pair("ends-1")
+    jwks = JwksServer(keys=[key.jwk]).start()
+    port = free_port()
+    issuer = "https://idp.test"
+    gw = GatewayProcess({"upstreams": {"basic": stdio_upstream()},
+                         "auth": {"jwt": {"issuer": issuer, "jwks_url": jwks.url, "algorithms": ["RS256"],
+                                          "leeway": "100ms"},
+                                  "resource": f"http://127.0.0.1:{port}/mcp"}}, tmp_path, port=port).start()
+    try:
+        now = int(time.time())
+        token = jwt.encode({"iss": issuer, "aud": gw.url, "sub": "carol", "iat": now, "exp": now + 3},
+                           key.private, algorithm="RS256", headers={"kid": key.kid})
+        client = RpcClient(gw.url, bearer(token))
+        client.initialize()
+        stream = Stream(gw.url, client.session_id or "", bearer(token))
+        try:
+            assert stream.wait_end(8), "the stream outlived its token"
+            assert stream.ended_at is not None and time.time() >= now + 3 - 0.5
+        finally:
+            stream.close()
+    finally:
+        gw.stop()
+        jwks.stop()
