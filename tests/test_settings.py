@@ -158,6 +158,15 @@ def test_sessions_cache_is_a_duration_and_0_turns_it_off(tmp_path: Path, value: 
     assert load(text, tmp_path).sessions.cache_s == seconds
 
 
+def test_sessions_max_per_principal_defaults_to_100_and_is_a_positive_integer(tmp_path: Path) -> None:
+    assert load(BASE, tmp_path).sessions.max_per_principal == 100
+    assert load(BASE + "sessions:\n  max_per_principal: 5\n", tmp_path).sessions.max_per_principal == 5
+    for bad in ("0", "-1", "many"):
+        with pytest.raises(ConfigError) as info:
+            load(BASE + f"sessions:\n  max_per_principal: {bad}\n", tmp_path)
+        assert info.value.path == "sessions.max_per_principal"
+
+
 def test_sessions_cache_cannot_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load(BASE + "sessions:\n  cache: -1\n", tmp_path)

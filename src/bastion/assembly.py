@@ -303,14 +303,18 @@ def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: A
     process), its sweeper, and the sweeper's last count (for the admin console's overview)."""
     cfg = settings.sessions
 
-    def session_expired(data: SessionData) -> None:
-        # Found by the sweeper (or on access): its stream and subscriptions on this replica end with it, its end
-        # is audited and it leaves the gauge.
-        live.end(data.id)
-        metrics.session_closed()
-        events.session_ended_soon(data.id, era="legacy", principal=None, client_info=data.client_info,
-                                  protocol_version=data.protocol_version or None, reason="expired",
-                                  created_at=data.created_at)
+    def ended(reason: str) -> Callable[[SessionData], None]:
+        def session_ended(data: SessionData) -> None:
+            # Found by the sweeper (or on access), or a principal's quota ended it: its stream and subscriptions
+            # on this replica end with it, its end is audited and it leaves the gauge.
+            live.end(data.id)
+            metrics.session_closed()
+            events.session_ended_soon(data.id, era="legacy", principal=None, client_info=data.client_info,
+                                      protocol_version=data.protocol_version or None, reason=reason,
+                                      created_at=data.created_at)
+        return session_ended
+
+    session_expired, session_evicted = ended("expired"), ended("evicted")
 
     async def session_shut_down(data: SessionData) -> None:
         metrics.session_closed()
@@ -318,9 +322,10 @@ def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: A
                                    protocol_version=data.protocol_version or None, reason="shutdown",
                                    created_at=data.created_at)
 
-    store: SweptStore = _redis_sessions(settings, redis_client, metrics, session_expired) \
+    store: SweptStore = _redis_sessions(settings, redis_client, metrics, session_expired, session_evicted) \
         if redis_client is not None else \
-        MemorySessionStore(cfg.idle_timeout_s, cfg.max_sessions, on_expired=session_expired)
+        MemorySessionStore(cfg.idle_timeout_s, cfg.max_sessions, max_per_principal=cfg.max_per_principal,
+                           on_expired=session_expired, on_evicted=session_evicted)
     if redis_client is not None:
         metrics.set_redis_up("sessions", True)  # until an outage says otherwise (the store starts optimistic)
     session_count: dict[str, int] = {}
@@ -334,7 +339,8 @@ def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: A
 
 
 def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: Metrics,
-                    on_expired: Callable[[SessionData], None]) -> IndexedRedisSessions:
+                    on_expired: Callable[[SessionData], None],
+                    on_evicted: Callable[[SessionData], None]) -> IndexedRedisSessions:
     """The Redis session store, layered: index (expiries claimed once) > cache > fallback > Redis."""
     cfg = settings.sessions
     # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
@@ -347,8 +353,9 @@ def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: M
     # that time).
     store: SessionStore = fallback if cfg.cache_s <= 0 else CachedSessionStore(
         fallback, idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, trust_s=cfg.cache_s)
-    # The index around it all lets expiries be seen and claimed.
-    return IndexedRedisSessions(store, redis_client, on_expired=on_expired)
+    # The index around it all lets expiries be seen and claimed, and bounds each principal's share.
+    return IndexedRedisSessions(store, redis_client, on_expired=on_expired, max_per_principal=cfg.max_per_principal,
+                                idle_timeout_s=cfg.idle_timeout_s, on_evicted=on_evicted)
 
 
 def _limiter(cfg: RateLimitConfig, redis_clients: RedisClients | None, metrics: Metrics) -> Limiter:

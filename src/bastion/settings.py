@@ -119,6 +119,9 @@ class StateConfig:
 class SessionsConfig:
     idle_timeout_s: float = 3600.0
     max_sessions: int = 10_000
+    # Open sessions one principal may hold (memory and Redis stores); past it, that principal's least recently
+    # used session ends (``reason: evicted``), so no caller can use up the capacity others need.
+    max_per_principal: int = 100
     # How often expired sessions are looked for (each gets its session.end record and leaves the gauge).
     sweep_interval_s: float = 30.0
     # With Redis: how long a replica serves a session Redis confirmed without asking again (sessions/cache.py;
@@ -311,12 +314,14 @@ def _catalogue(data: Mapping[str, Any]) -> CatalogueConfig:
 
 
 def _sessions(data: Mapping[str, Any], env: Mapping[str, str]) -> SessionsConfig:
-    check_keys(data, {"idle_timeout", "max_sessions", "sweep_interval", "cache", "state_key", "state_ttl"}, "sessions")
+    check_keys(data, {"idle_timeout", "max_sessions", "max_per_principal", "sweep_interval", "cache", "state_key",
+                      "state_ttl"}, "sessions")
     if isinstance(data.get("state_key"), str):
         data = {**data, "state_key": expand_env(data["state_key"], "sessions.state_key", env)}
     return SessionsConfig(
         idle_timeout_s=parse_duration(data.get("idle_timeout", 3600), "sessions.idle_timeout"),
         max_sessions=as_int(data.get("max_sessions", 10_000), "sessions.max_sessions", minimum=1),
+        max_per_principal=as_int(data.get("max_per_principal", 100), "sessions.max_per_principal", minimum=1),
         sweep_interval_s=parse_duration(data.get("sweep_interval", 30), "sessions.sweep_interval"),
         cache_s=parse_duration(data.get("cache", 1), "sessions.cache", allow_zero=True),
         state=StateConfig.from_mapping(data, "sessions", environ=env),

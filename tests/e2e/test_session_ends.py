@@ -1,5 +1,6 @@
-"""Through the running gateway: a GET stream ends with its session, whichever way the session ends (expiry, DELETE
-through another replica, the JWT it was opened with expiring)."""
+"""Through the running gateway: one principal cannot lock others out of sessions (``sessions.max_per_principal``),
+and a GET stream ends with its session, whichever way the session ends (eviction, expiry, DELETE through another
+replica, the JWT it was opened with expiring)."""
 
 from __future__ import annotations
 
@@ -70,9 +71,38 @@ class Stream:
 @pytest.fixture
 def gw(tmp_path: Path) -> Iterator[GatewayProcess]:
     gateway = GatewayProcess({**KEYS, "upstreams": {"basic": stdio_upstream()},
-                              "sessions": {"idle_timeout": "3s", "sweep_interval": "200ms"}}, tmp_path).start()
+                              "sessions": {"max_per_principal": 3, "max_sessions": 8, "idle_timeout": "3s",
+                                           "sweep_interval": "200ms"}}, tmp_path).start()
     yield gateway
     gateway.stop()
+
+
+def test_a_principal_past_its_quota_ends_its_own_oldest_session_never_anyone_elses(gw: GatewayProcess) -> None:
+    bob = RpcClient(gw.url, bearer(BOB))
+    bob.initialize()
+    first = RpcClient(gw.url, bearer(ALICE))
+    first.initialize()
+    stream = Stream(gw.url, first.session_id or "", bearer(ALICE))
+    try:
+        later = []
+        for _ in range(20):  # far past the quota and the table's size
+            c = RpcClient(gw.url, bearer(ALICE))
+            c.initialize()
+            later.append(c)
+        assert stream.wait_end(5), "the evicted session's stream stayed open"
+        assert first.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}).status_code == 404
+        assert [c.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}).status_code for c in later[-3:]] == [200] * 3
+        assert later[-4].post({"jsonrpc": "2.0", "id": 9, "method": "ping"}).status_code == 404
+        # Another principal was never locked out, nor lost its session.
+        assert bob.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}).status_code == 200
+        for _ in range(2):
+            assert "protocolVersion" in RpcClient(gw.url, bearer(BOB)).initialize()
+        ends = gw.wait_records("session.end", 18)
+        assert {r["reason"] for r in ends} == {"evicted"}
+        assert first.session_id in {r["session"] for r in ends}
+        assert bob.session_id not in {r["session"] for r in ends}
+    finally:
+        stream.close()
 
 
 def test_an_expired_sessions_stream_closes(gw: GatewayProcess) -> None:
@@ -94,7 +124,7 @@ def test_an_expired_sessions_stream_closes(gw: GatewayProcess) -> None:
 def replicas(tmp_path: Path, redis_server: RedisServer) -> Iterator[list[GatewayProcess]]:
     config: dict[str, Any] = {
         **KEYS, "redis": {"url": redis_server.url.replace("/0", "/5")}, "upstreams": {"basic": stdio_upstream()},
-        "sessions": {"idle_timeout": "4s"}}
+        "sessions": {"max_per_principal": 2, "idle_timeout": "4s"}}
     gws = [GatewayProcess(config, tmp_path).start(), GatewayProcess(config, tmp_path).start()]
     yield gws
     for g in gws:
@@ -104,15 +134,21 @@ def replicas(tmp_path: Path, redis_server: RedisServer) -> Iterator[list[Gateway
 def test_a_session_ended_through_another_replica_closes_its_stream_within_a_tick(
         replicas: list[GatewayProcess]) -> None:
     a, b = replicas
-    deleted = RpcClient(a.url, bearer(ALICE))
+    deleted, evicted = RpcClient(a.url, bearer(ALICE)), RpcClient(a.url, bearer(ALICE))
     deleted.initialize()
-    streams = [Stream(b.url, deleted.session_id or "", bearer(ALICE))]  # held by replica b
+    evicted.initialize()
+    # Kept in use so they never expire; both streams are held by replica b.
+    streams = [Stream(b.url, c.session_id or "", bearer(ALICE)) for c in (deleted, evicted)]
     try:
         ended = time.monotonic()
         assert deleted.http.delete(a.url, headers={**bearer(ALICE), "Mcp-Session-Id": deleted.session_id or "",
                                                    "MCP-Protocol-Version": "2025-11-25"}).status_code == 200
         assert streams[0].wait_end(4), "a DELETE through replica a left the stream on b open"
         assert streams[0].ended_at is not None and streams[0].ended_at - ended < 3.0  # one tick: idle_timeout / 2
+        for _ in range(2):  # past alice's quota of 2, through replica a
+            RpcClient(a.url, bearer(ALICE)).initialize()
+        assert streams[1].wait_end(4), "an eviction through replica a left the stream on b open"
+        assert [r["reason"] for r in a.wait_records("session.end", 2)] == ["deleted", "evicted"]
     finally:
         for s in streams:
             s.close()
