@@ -23,6 +23,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 
 from bastion.upstream.headers import request_headers
 from tests.e2e.conftest import stdio_upstream
+from tests.fixtures import hostile_modern_server
 from tests.support.gateway import GatewayProcess
 from tests.support.rpc import ACCEPT, RpcClient, parse_body
 
@@ -182,6 +183,26 @@ def test_request_state_is_sealed_and_bound_to_the_request(gw: GatewayProcess) ->
         assert refused.status_code == 400
         error = parse_body(refused)[-1]["error"]
         assert error["code"] == -32602 and reason in error["message"]
+
+
+def test_every_part_of_an_upstreams_input_requests_is_cleaned(tmp_path: Path) -> None:
+    # Keys, members beside params, _meta: all of it reaches a person or a model, all of it upstream text.
+    process = GatewayProcess({"auth": "none", "upstreams": {
+        "hostile": stdio_upstream("tests.fixtures.hostile_modern_server", era="modern")}}, tmp_path,
+        env={"BASTION_STATE_KEY": STATE_KEY}).start()
+    try:
+        body = modern_body("tools/call", {"name": "hostile__ask", "arguments": {}}, caps={"elicitation": {}})
+        result = answer(post(process.url, body), body["id"])["result"]
+    finally:
+        process.stop()
+    assert result["resultType"] == "input_required"
+    shown = json.dumps(result["inputRequests"])
+    assert hostile_modern_server.TOKEN not in shown and "\\u001b" not in shown and "\\u0007" not in shown
+    [(key, request)] = result["inputRequests"].items()
+    assert key.startswith("k") and "[REDACTED:github-token]" in key
+    assert request["_meta"]["token"].startswith("[REDACTED")
+    assert request["note"].startswith(hostile_modern_server.INJECTION) and "[REDACTED" in request["note"]
+    assert "[REDACTED" in request["params"]["message"]
 
 
 def test_input_the_client_did_not_declare_is_never_asked_for(gw: GatewayProcess) -> None:

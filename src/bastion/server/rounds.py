@@ -185,12 +185,13 @@ class Rounds:
         state = asked.get("requestState")
         out: dict[str, Any] = {"resultType": "input_required"}
         if isinstance(requests, Mapping):
-            # The questions reach a person or a model: upstream text, cleaned like any other.
-            out["inputRequests"] = {
-                key: {**request, "params": self.gw.clean_notification(upstream, str(request.get("method")),
-                                                                      jsonrpc.obj(request.get("params")))}
-                if isinstance(request, Mapping) else request
-                for key, request in requests.items()}
+            # The questions reach a person or a model: upstream text like any other, and all of it (their keys,
+            # every member of each request, ``_meta`` with credential keys redacted), walked once as the
+            # questions for the client they are; nested one level down, so that the walk reaches the keys. A key
+            # the walk rewrites comes back in the client's answer as rewritten: the upstream, which chose a key
+            # with something to hide in it, asks again.
+            out["inputRequests"] = self.gw.clean_notification(
+                upstream, ELICITATION, {"inputRequests": dict(requests)})["inputRequests"]
         out["requestState"] = self.sealer.seal(
             principal_id=scope.principal.id, digest=request_digest(method, target, params), upstream=upstream,
             upstream_state=state if isinstance(state, str) else None, now=time.time(), approval=approval)
