@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import jwt
 import pytest
+import redis
 
 from bastion.auth.apikeys import hash_key
 from tests.e2e.conftest import stdio_upstream
@@ -122,8 +123,12 @@ def test_an_expired_sessions_stream_closes(gw: GatewayProcess) -> None:
 
 @pytest.fixture
 def replicas(tmp_path: Path, redis_server: RedisServer) -> Iterator[list[GatewayProcess]]:
+    # A database of its own, emptied first: alice's sessions left by other modules' gateways (with another
+    # idle_timeout) would count against her quota here.
+    url = redis_server.url.replace("/0", "/7")
+    redis.Redis.from_url(url).flushdb()
     config: dict[str, Any] = {
-        **KEYS, "redis": {"url": redis_server.url.replace("/0", "/5")}, "upstreams": {"basic": stdio_upstream()},
+        **KEYS, "redis": {"url": url}, "upstreams": {"basic": stdio_upstream()},
         "sessions": {"max_per_principal": 2, "idle_timeout": "4s"}}
     gws = [GatewayProcess(config, tmp_path).start(), GatewayProcess(config, tmp_path).start()]
     yield gws
