@@ -85,6 +85,7 @@ from bastion.sessions.sweep import IndexedRedisSessions, SessionSweeper, SweptSt
 from bastion.settings import ListenConfig, Settings
 from bastion.tracing import Tracing, build_tracing
 from bastion.upstream.config import build_upstream
+from bastion.upstream.httpio import upstream_client
 from bastion.upstream_pool import Member, UpstreamPool
 from bastion.validation import CompileSchemas, ValidationConfig
 from bastion.view import Reusable, ViewPublisher, ViewStep
@@ -136,9 +137,8 @@ class Components:
 
 def build(settings: Settings) -> Components:
     started_at = time.time()
-    http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
-                             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-                             follow_redirects=False)
+    # Shared by every HTTP upstream and the JWKS fetch; it bounds every answer's head.
+    http = upstream_client()
     limits_cfg: RateLimitConfig = settings.section("rate_limits")
     # Every Redis client comes from one factory, with the retry and health-check options its use needs.
     redis_clients = RedisClients.open(settings.redis_url, limiter_timeout_s=limits_cfg.timeout_s,

@@ -19,13 +19,20 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 
 from bastion.errors import UpstreamUnavailable
 
-__all__ = ["ACCEPT_ENCODING", "DEFAULT_MAX_MESSAGE_BYTES", "PIECE", "ContentDecoder", "decoded", "read_limited",
-           "too_large"]
+__all__ = ["ACCEPT_ENCODING", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_HEAD_BYTES", "MAX_HEAD_LINES", "MAX_INTERIM", "PIECE",
+           "ContentDecoder", "decoded", "read_limited", "too_large"]
 
 # One JSON-RPC message from an upstream, on any transport: a stdio line, an HTTP body, an SSE event.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # RFC 9110: with no Accept-Encoding any coding is acceptable, so say what ``ContentDecoder`` decodes.
 ACCEPT_ENCODING = "gzip, deflate"
+# A response head from an HTTP upstream, whichever client reads it: its header lines (names and values) in bytes
+# and in number, interim (1xx) answers and trailers included, and how many interim answers may precede the final
+# one. Far above what a server sends (a few hundred bytes, a dozen lines, at most an Early Hints), low enough
+# that parsing a head is cheap. Constants, not settings: no legitimate MCP server comes near them.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEAD_LINES = 100
+MAX_INTERIM = 10
 # The most one step of decoding a stream produces; also the most an SSE decoder is fed at once.
 PIECE = 256 * 1024
 

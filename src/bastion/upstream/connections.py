@@ -7,6 +7,13 @@ for free: its protocol saw the FIN while it sat idle. The response head and body
 (llhttp) on an ``asyncio.Protocol``: Content-Length, chunked, or read-until-close bodies, gzip/deflate decoded
 within the upstream's message-size limit (``bodies``).
 
+A response head comes from the upstream, so it is bounded as it arrives, like a body (``bodies.MAX_HEAD_BYTES``,
+``MAX_HEAD_LINES``, ``MAX_INTERIM``): its header lines counted in bytes and lines, interim (1xx) answers in
+number, and the bytes read without a byte of body (an unfinished head, which httptools would otherwise buffer
+by repeated concatenation, a chunk extension, trailers) in bytes. Past any of them the request fails and the
+connection is dropped. Repeated header lines are collected and joined once. Trailers count against the head's
+bounds and are not kept.
+
 A connection goes back to the stack only when its response was read to the end and allowed keep-alive;
 anything else (an early exit, an error, a cancelled caller) closes it, which is also how a streamed request is
 cancelled. No redirects are followed, no proxy is used (``eligible`` says when that matters), and there is no
@@ -37,6 +44,9 @@ from bastion.errors import UpstreamUnavailable
 from bastion.upstream.bodies import (
     ACCEPT_ENCODING,
     DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_HEAD_LINES,
+    MAX_INTERIM,
     ContentDecoder,
     decoded,
     read_limited,
@@ -106,6 +116,10 @@ def eligible(url: str) -> bool:
     return bool(urllib.request.proxy_bypass(target.host))
 
 
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback: the answer passed one of the head's bounds (``failure`` says which)."""
+
+
 class _Dead(Exception):
     """The connection ended (or failed) before any byte of the response arrived."""
 
@@ -131,6 +145,14 @@ class _Connection(asyncio.Protocol):
         self.received = False
         self.status = 0
         self.headers: dict[str, str] = {}
+        # Values of a header name seen more than once, joined into ``headers`` once the head is complete.
+        self._repeated: dict[str, list[str]] | None = None
+        # The head's budget, for the whole exchange (interim answers and trailers draw on it too).
+        self._head_room = MAX_HEAD_BYTES
+        self._head_lines = MAX_HEAD_LINES
+        self._interim = 0
+        # Bytes fed since the last byte of body (or the request): an unfinished head, chunk framing, trailers.
+        self._no_body = 0
         self.head_done = False
         self.complete = False
         self.keep_alive = False
@@ -149,11 +171,24 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self.received = True
+        buffered = self.buffered
         try:
             self.parser.feed_data(data)
-        except Exception as exc:  # httptools' parse and callback errors
-            self.failure = f"malformed HTTP response: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # httptools' parse and callback errors (a bound passed: ``failure`` says which)
+            if self.failure is None:
+                self.failure = f"malformed HTTP response: {type(exc).__name__}: {exc}"
             self.close()
+        else:
+            if self.buffered != buffered or self.complete:
+                self._no_body = 0
+            else:
+                # No body came of these bytes: httptools holds what it has of an unfinished header line, and
+                # appends to it on every feed, so this is what bounds its memory and its copying.
+                self._no_body += len(data)
+                if self._no_body > MAX_HEAD_BYTES:
+                    self.failure = (f"{MAX_HEAD_BYTES} bytes of chunk framing or trailers without a body byte"
+                                    if self.head_done else f"response head over {MAX_HEAD_BYTES} bytes")
+                    self.close()
         self._wake()
 
     def eof_received(self) -> bool | None:
@@ -180,16 +215,46 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks ---------------------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_lines -= 1
+        self._head_room -= len(name) + len(value)
+        if self._head_lines < 0 or self._head_room < 0:
+            what = "response trailers and head" if self.head_done else "response head"
+            self.failure = (f"{what} over {MAX_HEAD_LINES} header lines" if self._head_lines < 0
+                            else f"{what} over {MAX_HEAD_BYTES} bytes of header lines")
+            raise _HeadTooLarge()
+        if self.head_done:
+            return  # a trailer: counted against the head's bounds above, and not kept
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
-        previous = self.headers.get(key)
-        self.headers[key] = text if previous is None else f"{previous}, {text}"
+        headers = self.headers
+        if key not in headers:
+            headers[key] = text
+            return
+        # Joined once, when the head is complete: joining on every repeat would copy the value each time.
+        repeated = self._repeated
+        if repeated is None:
+            repeated = self._repeated = {}
+        values = repeated.get(key)
+        if values is None:
+            repeated[key] = [headers[key], text]
+        else:
+            values.append(text)
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
         if status < 200:
-            self.headers = {}  # an interim answer (103 Early Hints); the real one follows
+            # An interim answer (103 Early Hints); the real one follows. Its lines stay counted.
+            self.headers = {}
+            self._repeated = None
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                self.failure = f"more than {MAX_INTERIM} interim (1xx) responses"
+                raise _HeadTooLarge()
             return
+        if self._repeated is not None:
+            for key, values in self._repeated.items():
+                self.headers[key] = ", ".join(values)
+            self._repeated = None
         self.status = status
         self.keep_alive = self.parser.should_keep_alive()
         self.head_done = True
@@ -240,7 +305,7 @@ class _Connection(asyncio.Protocol):
     async def read_head(self) -> None:
         while not self.head_done:
             if self.lost or self.failure is not None:
-                raise _Dead() if not self.received else self._broken("connection closed in the response head")
+                raise _Dead() if not self.received else self._broken("no complete response head")
             await self._wait()
         if self.failure is not None:
             raise self._broken("malformed HTTP response")

@@ -1,5 +1,5 @@
-"""What the HTTP transports share: the httpx error boundary, bounded reading of bodies and SSE over a response,
-origin checks, timeouts."""
+"""What the HTTP transports share: the httpx client they are given (``upstream_client``), the httpx error boundary,
+bounded reading of bodies and SSE over a response, origin checks, timeouts."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from bastion.upstream.base import UpstreamInfo
 from bastion.upstream.bodies import (
     ACCEPT_ENCODING,
     DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_HEAD_LINES,
     ContentDecoder,
     decoded,
     read_limited,
@@ -27,7 +29,7 @@ from bastion.upstream.bodies import (
 from bastion.upstream.connections import H1Pool, H1Response, Target
 
 __all__ = ["HTTPX_HEADERS", "STREAM_TIMEOUT", "ResponseLike", "http_errors", "is_event_stream", "read_body",
-           "same_origin", "sse_events", "trace_headers"]
+           "same_origin", "sse_events", "trace_headers", "upstream_client"]
 
 # Our own asyncio deadline governs each request; httpx's read timeout would cut long SSE streams that are merely
 # quiet (a slow tool between progress events), so only connecting and writing are bounded here.
@@ -40,6 +42,29 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 # W3C Trace Context caps tracestate at 32 members of at most 256 characters; a field value is visible ASCII.
 _MAX_TRACESTATE = 8192
 _FIELD_VALUE = re.compile(r"^[\x20-\x7e]*$")
+
+
+async def _bounded_head(response: httpx.Response) -> None:
+    """The head bounds ``connections`` applies, for answers read by httpx. h11 has already bounded what it buffers
+    of an unfinished head (httpcore's 100 KiB); this holds every answer to the same numbers as the lean pool.
+    Raising here makes httpx close the response unread, which drops its connection."""
+    raw = response.headers.raw
+    if len(raw) > MAX_HEAD_LINES:
+        raise httpx.RemoteProtocolError(f"response head over {MAX_HEAD_LINES} header lines", request=response.request)
+    if sum(len(name) + len(value) for name, value in raw) > MAX_HEAD_BYTES:
+        raise httpx.RemoteProtocolError(f"response head over {MAX_HEAD_BYTES} bytes of header lines",
+                                        request=response.request)
+
+
+def upstream_client() -> httpx.AsyncClient:
+    """The httpx client the HTTP upstreams share (GET streams, DELETE, the HTTP+SSE transport, POSTs under
+    ``http_client: httpx``), also used to fetch JWKS. Redirects are not followed (a redirect is an answer like any
+    other, refused as an error by the transports). Every answer's head is bounded as ``bodies.MAX_HEAD_BYTES`` and
+    ``MAX_HEAD_LINES`` say."""
+    return httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
+                             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+                             follow_redirects=False,
+                             event_hooks={"response": [_bounded_head]})
 
 
 class ResponseLike(Protocol):
