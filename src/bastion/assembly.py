@@ -137,7 +137,7 @@ class Components:
 
 def build(settings: Settings) -> Components:
     started_at = time.time()
-    # Shared by every HTTP upstream and the JWKS fetch; it bounds every answer's head.
+    # Shared by every HTTP upstream and the JWKS fetch: it keeps no cookies and bounds every answer's head.
     http = upstream_client()
     limits_cfg: RateLimitConfig = settings.section("rate_limits")
     # Every Redis client comes from one factory, with the retry and health-check options its use needs.

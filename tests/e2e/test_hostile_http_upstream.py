@@ -3,6 +3,8 @@ what no HTTP library would, next to well-behaved ones.
 
 - A response head of 20,000 repeated lines fails that call (-31002) and nothing else: the same upstream's next
   call, and other upstreams, are served.
+- A cookie one upstream sets is never sent anywhere: not to another upstream on the same host (cookies ignore
+  ports), not back to the upstream that set it.
 """
 
 from __future__ import annotations
@@ -150,3 +152,28 @@ def test_a_huge_response_head_fails_that_call_only(tmp_path: Path, servers: list
         client.close()
         gw.stop()
     assert "over 100 header lines" in gw.stderr()
+
+
+@pytest.mark.parametrize("client_kind", ["fast", "httpx"])
+def test_cookies_set_by_an_upstream_are_never_sent(tmp_path: Path, servers: list[RawMcp], client_kind: str) -> None:
+    legit = RawMcp(cookie=b"upstream_session=SECRET").start()
+    evil = RawMcp().start()
+    servers.extend((legit, evil))
+    # Same host, other ports. Under httpx every request of both goes through the shared client; under the lean
+    # pool their GET streams and DELETEs still do.
+    gw = GatewayProcess({"auth": "none", "pinning": {"enabled": False}, "upstreams": {
+        "legit": {"url": legit.url, "era": "legacy", "http_client": client_kind},
+        "evil": {"url": evil.url, "era": "legacy", "http_client": client_kind}}}, tmp_path).start()
+    client = RpcClient(gw.url)
+    try:
+        client.initialize()
+        # legit's GET stream answered (start waits for it) and its answers set the cookie; now evil is asked.
+        assert client.call("legit__echo")["result"]["content"][0]["text"] == "ok"
+        assert client.call("evil__echo")["result"]["content"][0]["text"] == "ok"
+        assert client.call("legit__echo")["result"]["content"][0]["text"] == "ok"
+    finally:
+        client.close()
+        gw.stop()  # ends both sessions with DELETE
+    assert ("DELETE", None) in evil.seen and ("DELETE", None) in legit.seen
+    assert [s for s in evil.seen if s[1] is not None] == []
+    assert [s for s in legit.seen if s[1] is not None] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Mapping
+from http.cookiejar import Cookie, CookieJar
 from types import TracebackType
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -44,6 +45,18 @@ _MAX_TRACESTATE = 8192
 _FIELD_VALUE = re.compile(r"^[\x20-\x7e]*$")
 
 
+class _NoCookies(CookieJar):
+    """A cookie jar that keeps nothing. One httpx client serves every upstream (and the JWKS fetch), and a cookie
+    ignores ports: kept, a cookie one upstream set would go to every other upstream on the same host. MCP does not
+    use cookies (a session is ``Mcp-Session-Id``), and the lean pool never sent any."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return None
+
+
 async def _bounded_head(response: httpx.Response) -> None:
     """The head bounds ``connections`` applies, for answers read by httpx. h11 has already bounded what it buffers
     of an unfinished head (httpcore's 100 KiB); this holds every answer to the same numbers as the lean pool.
@@ -58,12 +71,14 @@ async def _bounded_head(response: httpx.Response) -> None:
 
 def upstream_client() -> httpx.AsyncClient:
     """The httpx client the HTTP upstreams share (GET streams, DELETE, the HTTP+SSE transport, POSTs under
-    ``http_client: httpx``), also used to fetch JWKS. Redirects are not followed (a redirect is an answer like any
-    other, refused as an error by the transports). Every answer's head is bounded as ``bodies.MAX_HEAD_BYTES`` and
-    ``MAX_HEAD_LINES`` say."""
+    ``http_client: httpx``), also used to fetch JWKS. Nothing one upstream's answers leave in it reaches another:
+    cookies are never kept, redirects are not followed (a redirect is an answer like any other, refused as an
+    error by the transports), no authentication is attached but what a request's own URL carries. Every answer's
+    head is bounded as ``bodies.MAX_HEAD_BYTES`` and ``MAX_HEAD_LINES`` say. Proxies from the environment
+    (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``) apply, as ``connections.eligible`` expects."""
     return httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0),
                              limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-                             follow_redirects=False,
+                             follow_redirects=False, cookies=_NoCookies(),
                              event_hooks={"response": [_bounded_head]})
 
 
