@@ -142,7 +142,12 @@ async def test_an_admin_on_another_replica_approves_the_waiting_call(replicas: l
     a, b = replicas
     with admin(b, ALICE_KEY) as not_admin, admin(b, None) as anonymous:
         assert not_admin.get("/admin/approvals").status_code == 403
+        assert not_admin.post("/admin/approvals/nope/approve").status_code == 403
         assert anonymous.get("/admin/approvals").status_code == 401
+    # An authenticated caller the API refuses leaves a record, as the console's refusals do.
+    refusals = [(r["principal"]["id"], r["action"], r["target"], r["outcome"]) for r in b.records("admin.action")]
+    assert ("alice", "approval.list", None, "refused") in refusals
+    assert ("alice", "approval.approve", "nope", "refused") in refusals
 
     async with alice_http() as http, sdk(a, http) as client:
         call = asyncio.create_task(client.call_tool("basic__add", {"a": 2, "b": 40}))
@@ -163,9 +168,11 @@ async def test_an_admin_on_another_replica_approves_the_waiting_call(replicas: l
             decided = await asyncio.to_thread(root.post, f"/admin/approvals/{item['id']}/approve",
                                               json={"channel": "cli"})
             assert decided.status_code == 200 and decided.json()["outcome"] == "approved"
-            # The first verdict wins: a second decision finds nothing pending.
+            # The first verdict wins: a second decision finds nothing pending (and is recorded as failed).
             again = await asyncio.to_thread(root.post, f"/admin/approvals/{item['id']}/deny")
             assert again.status_code == 409
+            assert any(r["action"] == "approval.deny" and r["target"] == item["id"] and r["outcome"] == "failed"
+                       and r["principal"]["id"] == "root" for r in b.records("admin.action"))
         result = await asyncio.wait_for(call, 20)
     assert result.structured_content == {"sum": 42}
     record = call_record(a, "basic__add")
@@ -196,6 +203,8 @@ async def test_an_admin_may_not_approve_their_own_call(replicas: list[GatewayPro
                                               json={"channel": "cli"})
             assert refused.status_code == 403
             assert "may not approve their own call" in refused.json()["error"]
+            assert any(r["action"] == "approval.approve" and r["target"] == approval_id and r["outcome"] == "refused"
+                       and "may not approve" in r["detail"] for r in b.records("admin.action"))
             declined = await asyncio.to_thread(root.post, f"/admin/approvals/{approval_id}/deny")
             assert declined.status_code == 200 and declined.json()["outcome"] == "declined"
         result = await asyncio.wait_for(call, 20)

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from bastion.approvals.config import ApprovalsConfig
 from bastion.approvals.model import Channel
 from bastion.approvals.service import ApprovalService, NotAnApprover
-from bastion.audit.record import approval_record
+from bastion.audit.record import admin_action_record, approval_record
 from bastion.errors import AuthenticationError
 from bastion.principal import Principal
 
@@ -40,24 +40,34 @@ def approval_routes(service: ApprovalService, config: ApprovalsConfig, authentic
                     emit: Emit) -> list[Route]:
     admin_groups = frozenset(config.admin_groups)
 
-    async def admin(request: Request) -> Principal | Response:
+    async def refused(request: Request, who: Principal, action: str, target: str | None, outcome: str,
+                      detail: str, status: int) -> Response:
+        """A request an authenticated caller made and the API refused or could not carry out: answered, and
+        recorded as the console records its own (``admin.action``), so no one probes the approvals unseen.
+        Failed authentication is the authenticator's ``auth.failure`` record already."""
+        await emit(admin_action_record(at=time.time(), admin=who, action=action, target=target, outcome=outcome,
+                                       detail=detail, remote_addr=request.client.host if request.client else None))
+        return JSONResponse({"error": detail}, status_code=status)
+
+    async def admin(request: Request, action: str) -> Principal | Response:
         try:
             principal = await authenticate(request.headers, request.client.host if request.client else None)
         except AuthenticationError:
             return JSONResponse({"error": "unauthorized"}, status_code=401,
                                 headers={"WWW-Authenticate": "Bearer"})
         if not principal.groups & admin_groups:
-            return JSONResponse({"error": "forbidden: not in an approvals admin group"}, status_code=403)
+            return await refused(request, principal, action, request.path_params.get("id"), "refused",
+                                 "forbidden: not in an approvals admin group", 403)
         return principal
 
     async def list_pending(request: Request) -> Response:
-        who = await admin(request)
+        who = await admin(request, "approval.list")
         if isinstance(who, Response):
             return who
         return JSONResponse({"approvals": [p.to_json() for p in await service.list()]})
 
     async def show(request: Request) -> Response:
-        who = await admin(request)
+        who = await admin(request, "approval.show")
         if isinstance(who, Response):
             return who
         pending = await service.get(request.path_params["id"])
@@ -66,7 +76,8 @@ def approval_routes(service: ApprovalService, config: ApprovalsConfig, authentic
         return JSONResponse(pending.to_json())
 
     async def decide(request: Request) -> Response:
-        who = await admin(request)
+        action = "approval.approve" if request.path_params["action"] == "approve" else "approval.deny"
+        who = await admin(request, action)
         if isinstance(who, Response):
             return who
         body = await request.body()
@@ -85,9 +96,10 @@ def approval_routes(service: ApprovalService, config: ApprovalsConfig, authentic
         try:
             verdict = await service.decide(approval_id, approve, by=who.id, channel=channel)
         except NotAnApprover as exc:
-            return JSONResponse({"error": str(exc)}, status_code=403)
+            return await refused(request, who, action, approval_id, "refused", str(exc), 403)
         if verdict is None:
-            return JSONResponse({"error": "not pending (already decided, timed out or withdrawn)"}, status_code=409)
+            return await refused(request, who, action, approval_id, "failed",
+                                 "not pending (already decided, timed out or withdrawn)", 409)
         await emit(approval_record(
             "approval.decided", at=time.time(), decider=who, approval_id=approval_id,
             principal=pending.principal if pending else None, tool=pending.tool if pending else None,
