@@ -223,6 +223,7 @@ def build(settings: Settings) -> Components:
         metrics.upstream_health(member.upstream.name, monitor.status(member.upstream.name).state)
     gateway = Gateway(settings, store=store, live=live, views=views, pool=pool, pipeline=pipeline, changes=changes,
                       access=access, cleaner=cleaner, emit_audit=events.emit, tracing=tracing)
+    gateway.relay_dropped = metrics.relay_dropped
 
     auth_cfg: AuthConfig = settings.section("auth")
     authenticator = build_authenticator(auth_cfg, http)

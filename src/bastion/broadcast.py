@@ -8,6 +8,8 @@ first (``sanitize.upstream_text``): ``notifications/resources/updated``, under i
 and ``notifications/message``, to the sessions that asked for logging (``server.log_relay`` decides who).
 Every other notification is dropped. Each delivery is authorised for the receiving session's principal under the
 policy in force at that moment (``bastion.delivery``): a subscription made before a reload carries no right.
+Each session's stream is a bounded queue (``bastion.backlog``): a client that stops reading gets repeated updates
+of one URI coalesced and the rest dropped, counted, never an unbounded backlog.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class UpstreamBroadcast:
         for live in self._live.all():
             if public in live.subscriptions and live.get_stream is not None \
                     and self._gate.allows(live.principal, topic):
-                live.get_stream.put_nowait(message)
+                live.get_stream.offer(message)
         self._changes.resource_updated(public, cleaned)
 
     def _relay_log(self, upstream: str, params: Mapping[str, Any]) -> None:
@@ -66,4 +68,4 @@ class UpstreamBroadcast:
         message = {"jsonrpc": "2.0", "method": "notifications/message", "params": cleaned}
         for live in targets:
             if live.get_stream is not None:
-                live.get_stream.put_nowait(message)
+                live.get_stream.offer(message)

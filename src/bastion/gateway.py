@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from bastion.access import AccessControl, AllowAll, may_see_upstream
+from bastion.backlog import DropHook
 from bastion.call import CallContext, CallRecord, Era, Outcome
 from bastion.call_ids import CallIds
 from bastion.changes import ChangeFeed
@@ -63,6 +64,8 @@ class Gateway:
         self.clean_result: Callable[[str, str, dict[str, Any]], dict[str, Any]] = \
             cleaner.clean_result if cleaner is not None else _same_notification
         self.client_request_timeout = 300.0
+        # Counts each message a client stream's queue coalesced or dropped (``bastion.backlog``): (queue, kind).
+        self.relay_dropped: DropHook = _no_drop
         # Writes one audit record that is not a tool call (tools/list…): ``AuditEvents.emit``.
         self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = emit_audit or _discard
         # Spans for requests, stages and forwards (bastion.tracing).
@@ -151,6 +154,10 @@ class Gateway:
     def visible_tools(self, principal: Principal) -> list[ToolEntry]:
         return list(self.listings.listing(self.view, self.access, principal).tools)
 
+
+
+def _no_drop(queue: str, kind: str) -> None:
+    return None
 
 
 async def _discard(record: dict[str, Any]) -> None:

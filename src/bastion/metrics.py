@@ -122,6 +122,10 @@ class Metrics:
                                           "Catalogue refreshes that could not reach the pin store (mode: static = "
                                           "last verified pins kept, closed = nothing verified yet, tools hidden).",
                                           ["mode"], registry=r)
+        self.relay_dropped_messages = Counter(
+            "bastion_relay_dropped", "Messages for a client that a full stream queue coalesced or dropped "
+            "(queue: call, session; kind: progress, log, resource_updated, list_changed, request, other).",
+            ["queue", "kind"], registry=r)
         self.http_refusals = Counter("bastion_http_refusals",
                                      "Requests the front door refused at the HTTP level, mostly before authentication.",
                                      ["reason"], registry=r)
@@ -231,6 +235,10 @@ class Metrics:
         """Matches ``build_upstream(on_stray=...)``."""
         self.upstream_stray_responses.labels(upstream=self._cap("upstream", upstream),
                                              reason=self._cap("reason", reason)).inc()
+
+    def relay_dropped(self, queue: str, kind: str) -> None:
+        """Matches ``Gateway.relay_dropped`` (``bastion.backlog.DropHook``); both labels are closed sets."""
+        self.relay_dropped_messages.labels(queue=self._cap("queue", queue), kind=self._cap("kind", kind)).inc()
 
     def upstream_stderr(self, upstream: str, outcome: str, lines: int) -> None:
         """Matches ``build_upstream(on_stderr=...)``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from bastion.backlog import Outbox
 from bastion.sessions.live import InflightCall, LiveSessions
 
 
@@ -11,7 +12,7 @@ async def test_idle_sessions_are_swept_and_busy_ones_kept() -> None:
     live = LiveSessions(idle_timeout_s=0.0, sweep_every_s=0.0)
     idle = live.get("idle")
     busy = live.get("busy")
-    busy.get_stream = asyncio.Queue()
+    busy.get_stream = Outbox()
     assert idle is not busy
     live.get("trigger")  # any access sweeps once the interval has passed
     ids = {s.id for s in live.all()}
@@ -24,11 +25,11 @@ async def test_drop_cancels_what_runs_and_wakes_the_stream() -> None:
     session = live.get("s")
     task = asyncio.create_task(asyncio.sleep(10))
     session.inflight[1] = call = InflightCall(task)
-    session.get_stream = queue = asyncio.Queue()
+    session.get_stream = queue = Outbox()
     live.drop("s")
     await asyncio.sleep(0)
     assert task.cancelled() and call.by_client
-    assert queue.get_nowait() == {}
+    assert await queue.get() is None
     assert live.all() == []
 
 
@@ -53,12 +54,12 @@ async def test_end_closes_the_stream_and_stops_subscriptions_but_lets_running_ca
     task = asyncio.create_task(asyncio.sleep(10))
     session.inflight[1] = call = InflightCall(task)
     session.pending[7] = asked = asyncio.get_running_loop().create_future()
-    session.get_stream = queue = asyncio.Queue()
+    session.get_stream = queue = Outbox()
     session.subscriptions.add("basic+mem://a")
     session.log_level = "debug"
     live.end("s")
     await asyncio.sleep(0)
-    assert queue.get_nowait() == {}
+    assert await queue.get() is None
     assert not session.subscriptions and session.log_level is None
     assert asked.cancelled()
     assert not task.cancelled() and not call.by_client  # authorised when it started, bounded by its timeout

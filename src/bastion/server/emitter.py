@@ -3,20 +3,28 @@
 A request answered with ``application/json`` has no channel for anything but its response, so its emitter drops
 notifications and refuses server-to-client requests. A ``tools/call`` from a client that accepts SSE gets a
 ``StreamEmitter`` instead, and its response turns into an SSE stream when the first message comes
-(``server/responder.py``).
+(``server/responder.py``). Its queue is bounded (``bastion.backlog``); so are its requests to the client, and
+they wait no longer than the call: its end, or its stream's, fails them at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import deque
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from bastion import jsonrpc
-from bastion.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, ProtocolError
+from bastion.backlog import Outbox
+from bastion.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, RATE_LIMITED, ProtocolError
 from bastion.sessions.live import LiveSession
+
+__all__ = ["MAX_ASKS_IN_FLIGHT", "MAX_ASKS_PER_CALL", "Emitter", "NullEmitter", "Outbox", "StreamEmitter"]
+
+# bastion's requests to one call's client (sampling, elicitation: each may cost the client model tokens or a
+# person's attention) waiting for an answer at once, and sent in all, per call. Past either, the upstream's
+# request is refused at once with -31001; the messages queue bounds the rest (``bastion.backlog``).
+MAX_ASKS_IN_FLIGHT = 4
+MAX_ASKS_PER_CALL = 64
 
 
 class Emitter(Protocol):
@@ -33,42 +41,6 @@ class NullEmitter:
         raise ProtocolError(METHOD_NOT_FOUND, f"the client cannot receive {method} on this request")
 
 
-class Outbox:
-    """The messages of one call for its response stream, in order; ``None`` ends them.
-
-    An unbounded ``asyncio.Queue`` with only what the call path uses: one is made for every ``tools/call`` from a
-    client that accepts SSE, and most calls put nothing in it, so building it must cost little (no locks, no
-    future until somebody waits on an empty box). ``on_first``, when set, runs once, at the first message put:
-    that is when the call's response has to become a stream (``server/responder.py``).
-    """
-
-    __slots__ = ("_items", "_waiter", "on_first")
-
-    def __init__(self) -> None:
-        self._items: deque[dict[str, Any] | None] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self.on_first: Callable[[], None] | None = None
-
-    def put_nowait(self, item: dict[str, Any] | None) -> None:
-        self._items.append(item)
-        first = self.on_first
-        if first is not None:
-            self.on_first = None
-            first()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def get(self) -> dict[str, Any] | None:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._items.popleft()
-
-
 class StreamEmitter:
     """Puts messages in one response stream's outbox; client answers come back through the live session."""
 
@@ -78,23 +50,38 @@ class StreamEmitter:
         self._ids = ids
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
-        self.outbox.put_nowait(jsonrpc.notification(method, params))
+        self.outbox.offer(jsonrpc.notification(method, params))
 
     async def ask(self, method: str, params: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """Ask the call's client; refused at once past the per-call caps, and failed at once when the call or its
+        stream ends (``Outbox.fail_asks``), whatever is left of ``timeout``."""
         if self._live is None:
             raise ProtocolError(METHOD_NOT_FOUND, f"the client cannot receive {method} on this request")
+        outbox = self.outbox
+        if outbox.closed:
+            raise ProtocolError(INTERNAL_ERROR, f"the client's stream is gone; {method} not relayed")
+        asks = outbox.asks
+        if asks is None:
+            asks = outbox.asks = set()
+        if len(asks) >= MAX_ASKS_IN_FLIGHT or outbox.asked >= MAX_ASKS_PER_CALL:
+            outbox.dropped("request")
+            raise ProtocolError(RATE_LIMITED, f"too many {method} requests in this call: bastion relays at most "
+                                f"{MAX_ASKS_IN_FLIGHT} at once and {MAX_ASKS_PER_CALL} per call")
+        outbox.asked += 1
         # Ids bastion uses towards the client are its own, so they can never collide with ids the client picked.
         rid = f"bastion-{next(self._ids)}"
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._live.pending[rid] = fut
+        asks.add(fut)
         try:
-            self.outbox.put_nowait(jsonrpc.request(rid, method, params))
+            outbox.put_nowait(jsonrpc.request(rid, method, params))
             async with asyncio.timeout(timeout):
                 answer = await fut
         except TimeoutError:
             raise ProtocolError(INTERNAL_ERROR, f"the client did not answer {method} in time") from None
         finally:
             self._live.pending.pop(rid, None)
+            asks.discard(fut)
         if "error" in answer:
             err = answer["error"] if isinstance(answer["error"], dict) else {}
             raise ProtocolError(int(err.get("code", INTERNAL_ERROR)), str(err.get("message", "client error")),

@@ -17,7 +17,6 @@ none of this (``server/modern.py``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -28,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from bastion import jsonrpc, strictjson
+from bastion.backlog import STREAM_BACKLOG, Outbox
 from bastion.delivery import ListChange
 from bastion.errors import INVALID_REQUEST, HttpError, MessageRejected, ProtocolError
 from bastion.gateway import Gateway
@@ -210,7 +210,8 @@ class SessionLifecycle:
         live = self.gw.live.get(session.id)
         if live.get_stream is not None:
             raise HttpError(409, "Conflict: this session already has a GET stream")
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        # Bounded for every producer (resource updates, list changes, log messages): ``bastion.backlog``.
+        queue = Outbox(self.gw.relay_dropped, bound=STREAM_BACKLOG, queue="session")
         live.get_stream = queue
         live.principal, live.log_level = principal, session.log_level  # for upstream log relay
         tick = stream_tick(self.gw.settings.sessions.idle_timeout_s)
@@ -240,6 +241,7 @@ class SessionLifecycle:
             finally:
                 if live.get_stream is queue:
                     live.get_stream = None
+                queue.close(ConnectionError("the GET stream is gone"))
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
@@ -271,5 +273,4 @@ class SessionLifecycle:
             for change in changes:
                 if not self.gw.delivery.allows(live.principal, change):
                     continue
-                with contextlib.suppress(asyncio.QueueFull):
-                    live.get_stream.put_nowait(jsonrpc.notification(list_changed(change.kind)))
+                live.get_stream.offer(jsonrpc.notification(list_changed(change.kind)))

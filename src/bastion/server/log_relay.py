@@ -6,8 +6,9 @@ above the session's floor. Two more conditions keep this from becoming a channel
 
 - only sessions whose principal may see something of that upstream (a tool, prompt or resource, by the same
   access policy that governs lists and calls) receive its messages;
-- the GET stream's backlog is bounded: log messages are best effort, and a client that stops reading must not
-  make bastion buffer an upstream's chatter without limit.
+- the GET stream's backlog is bounded (``bastion.backlog``, ``STREAM_BACKLOG``): log messages are best effort,
+  and a client that stops reading must not make bastion buffer an upstream's chatter without limit. Past the bound
+  they are dropped, counted, and the client is told how many with one marker.
 
 Pure decisions here; ``bastion.broadcast.UpstreamBroadcast`` does the cleaning and the delivery.
 """
@@ -17,14 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from bastion.backlog import STREAM_BACKLOG
 from bastion.principal import Principal
 from bastion.protocol.methods import LOG_LEVELS
 from bastion.sessions.live import LiveSession
 
 __all__ = ["MAX_BACKLOG", "level_allows", "log_targets", "stamped"]
 
-# Messages waiting on one GET stream beyond which further log messages are dropped for it.
-MAX_BACKLOG = 256
+# Messages waiting on one GET stream beyond which further log messages are dropped for it (the queue drops them).
+MAX_BACKLOG = STREAM_BACKLOG
 
 
 def level_allows(floor: str | None, level: Any) -> bool:
@@ -36,14 +38,15 @@ def level_allows(floor: str | None, level: Any) -> bool:
 
 def log_targets(sessions: Iterable[LiveSession], level: Any,
                 may_see: Callable[[Principal], bool]) -> list[LiveSession]:
-    """The live sessions that get this message: a GET stream open, logging asked for at or below ``level``,
-    a principal allowed to see the upstream, and room on the stream."""
+    """The live sessions that get this message: a GET stream open, logging asked for at or below ``level``, and
+    a principal allowed to see the upstream. A full stream is still a target: its queue drops the message and
+    counts it (``bastion.backlog``)."""
     out = []
     for live in sessions:
         stream = live.get_stream
         if stream is None or live.principal is None or not level_allows(live.log_level, level):
             continue
-        if stream.qsize() >= MAX_BACKLOG or not may_see(live.principal):
+        if not may_see(live.principal):
             continue
         out.append(live)
     return out

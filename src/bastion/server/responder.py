@@ -20,7 +20,7 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from bastion import jsonrpc
-from bastion.errors import MessageRejected, ProtocolError, RequestError
+from bastion.errors import INTERNAL_ERROR, MessageRejected, ProtocolError, RequestError
 from bastion.gateway import Gateway
 from bastion.principal import Principal
 from bastion.protocol.meta import PROTOCOL_VERSION_KEY
@@ -134,7 +134,7 @@ class Responder:
         """The channel ``respond`` will give this request: a stream for a ``tools/call`` whose client accepts
         SSE, else none. A front door that builds its ``Scope`` with it spares ``respond`` a copy of the scope."""
         if sse_ok and msg.method == TOOLS_CALL:
-            return StreamEmitter(Outbox(), live if era == "legacy" else None, self._ids)
+            return StreamEmitter(Outbox(self.gw.relay_dropped), live if era == "legacy" else None, self._ids)
         return NullEmitter()
 
     async def respond(self, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None,
@@ -160,7 +160,8 @@ class Responder:
                             headers=SSE_HEADERS)
         emitter = scope.emitter
         if not isinstance(emitter, StreamEmitter):
-            emitter = StreamEmitter(Outbox(), live if scope.era == "legacy" else None, self._ids)
+            emitter = StreamEmitter(Outbox(self.gw.relay_dropped), live if scope.era == "legacy" else None,
+                                    self._ids)
             scope = scope._replace(emitter=emitter)
         return CallResponse(self, scope, msg, live, emitter.outbox)
 
@@ -209,7 +210,9 @@ class CallResponse(Response):
     its ``InflightCall``; in the 2026-07-28 revision so does the client closing the connection, whether the
     stream has started (the stream's writer notices) or not (the HTTP protocol tells ``run``, see there), while
     in the session-based revisions a dropped connection is not a cancellation, so the call runs to completion and
-    is audited. A cancelled call's stream ends without a result, as the revisions ask.
+    is audited. A cancelled call's stream ends without a result, as the revisions ask. What such a call still
+    relays after its stream is gone is discarded (``Outbox.close``): its progress and log messages are not queued,
+    its requests to the client are refused, and those waiting fail, as they do when the call ends.
 
     ``Response`` only in type: nothing of it is used but ``__call__``, which the front door calls.
     """
@@ -238,6 +241,8 @@ class CallResponse(Response):
             self._done = True
             outbox.on_first = None
             if self._stream is not None:
+                # bastion's requests to the client end with the call, not at their own timeout.
+                outbox.fail_asks(ProtocolError(INTERNAL_ERROR, "the call this request belongs to has ended"))
                 if answer is not None and not call.by_client and isinstance(answer.body, dict):
                     outbox.put_nowait(answer.body)
                 outbox.put_nowait(None)
@@ -264,4 +269,10 @@ class CallResponse(Response):
                 if self._scope.era == "modern" and not self._done and self._call is not None:
                     self._call.cancel()
 
-        await StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)(scope, receive, send)
+        try:
+            await StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)(scope, receive,
+                                                                                                   send)
+        finally:
+            # The writer is done, or gone with its client: a handshake-era call runs on, and what it still relays
+            # must not wait in a queue nobody drains (``bastion.backlog``).
+            outbox.close(ProtocolError(INTERNAL_ERROR, "the client's stream is gone"))

@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bastion.principal import Principal
+
+if TYPE_CHECKING:
+    from bastion.backlog import Outbox
 
 
 class InflightCall:
@@ -39,7 +42,8 @@ class LiveSession:
     """This replica's runtime state for a session: never persisted, never shared."""
 
     id: str
-    get_stream: asyncio.Queue[dict[str, Any]] | None = None
+    # The GET stream's queue, bounded (``bastion.backlog``): every producer offers to it, none can grow it.
+    get_stream: Outbox | None = None
     inflight: dict[Any, InflightCall] = field(default_factory=dict)
     pending: dict[Any, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     subscriptions: set[str] = field(default_factory=set)  # public resource URIs
@@ -105,7 +109,7 @@ class LiveSessions:
             if not fut.done():
                 fut.cancel()
         if live.get_stream is not None:
-            live.get_stream.put_nowait({})  # wakes the GET stream so it can end
+            live.get_stream.put_nowait(None)  # wakes the GET stream so it can end
 
     def all(self) -> list[LiveSession]:
         return list(self._live.values())
