@@ -152,7 +152,7 @@ class SseUpstream:
         try:
             message = orjson.loads(data)
         except orjson.JSONDecodeError:
-            log.warning("upstream.bad_json", upstream=self.name, size=len(data))
+            self._rpc.noisy(log.warning, "upstream.bad_json", upstream=self.name, size=len(data))
             return
         await self._rpc.handle(message)
 

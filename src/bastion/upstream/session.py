@@ -27,21 +27,31 @@ Routing of upstream-initiated messages:
   client could hand that client another caller's data, and it is refused. ``roots/list`` with no call to relay
   it to is answered with an empty list (bastion shares no client's roots outside that client's own call);
   ``ping`` is answered here.
+
+Server requests are bounded per connection: at most ``MAX_SERVING`` are served or relayed at once, each in a task
+of its own; one more (or one reusing the id of a request still served) is refused at once with a JSON-RPC error,
+written before the next message is read, so an upstream that sends requests faster than it takes their answers
+slows only its own reading. The warnings one message can cause (a refused or malformed request, an answer that
+could not be delivered) are rate-limited per connection (``noisy``): a hostile upstream cannot flood the log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import structlog
 
+from bastion.bucket import TokenBucket
 from bastion.deadlines import Deadlines
 from bastion.errors import (
     INTERNAL_ERROR,
+    INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    RATE_LIMITED,
     ProtocolError,
     UpstreamRpcError,
     UpstreamTimeout,
@@ -54,7 +64,7 @@ from bastion.stopping import cancel_and_wait
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler
 from bastion.upstream.ids import RequestIds
 
-__all__ = ["CLEANUP_TIMEOUT", "Pending", "RpcSession", "Send", "StrayHandler", "Transmit"]
+__all__ = ["CLEANUP_TIMEOUT", "MAX_SERVING", "NoisyLog", "Pending", "RpcSession", "Send", "StrayHandler", "Transmit"]
 
 log = structlog.get_logger("bastion.upstream")
 
@@ -65,6 +75,12 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 CLEANUP_TIMEOUT = 5.0
 # Ids of finished requests remembered to tell a late answer from one to an id never sent.
 _FINISHED_MEMORY = 4096
+# Requests from one upstream connection bastion serves or relays at once (ping, roots/list, sampling, elicitation).
+MAX_SERVING = 32
+# Per-message warnings about one connection: a burst, then this many a second; the others are counted in the next
+# one logged (``suppressed``).
+_NOISY_BURST = 20
+_NOISY_PER_S = 1.0
 # Stray responses logged per connection and reason: every one of the first, then one in so many.
 _STRAY_LOG_FIRST = 100
 _STRAY_LOG_EVERY = 1000
@@ -118,6 +134,27 @@ def _valid_id(value: Any) -> TypeGuard[int | str]:
     return isinstance(value, str) or _is_int(value)
 
 
+class NoisyLog:
+    """Warnings a peer's messages cause, one per message: rate-limited (``TokenBucket``), with the number left out
+    since the last one logged in ``suppressed``."""
+
+    __slots__ = ("_bucket", "_suppressed")
+
+    def __init__(self, burst: float = _NOISY_BURST, per_s: float = _NOISY_PER_S) -> None:
+        self._bucket = TokenBucket(burst, per_s)
+        self._suppressed = 0
+
+    def __call__(self, emit: Callable[..., Any], event: str, **fields: Any) -> bool:
+        if not self._bucket.take(time.monotonic()):
+            self._suppressed += 1
+            return False
+        if self._suppressed:
+            fields["suppressed"] = self._suppressed
+            self._suppressed = 0
+        emit(event, **fields)
+        return True
+
+
 class RpcSession:
     def __init__(self, name: str, send: Send, *, on_stray: StrayHandler | None = None) -> None:
         self.name = name
@@ -135,7 +172,9 @@ class RpcSession:
         # Recently finished ids, oldest first (a dict as an ordered set), to classify late answers.
         self._finished: dict[int, None] = {}
         self._stray_counts: dict[str, int] = {}
+        # Server requests being served, by their id: at most MAX_SERVING (``handle``).
         self._serving: dict[Any, asyncio.Task[None]] = {}
+        self.noisy = NoisyLog()
         self._background: set[asyncio.Task[None]] = set()
         # Requests whose caller gave up while the upstream may still be working on them, for the slots their calls
         # hold over until it is done (``bastion.holdover``): its answer, the connection's end, or the grace period.
@@ -289,17 +328,27 @@ class RpcSession:
         """One message from the upstream. ``related``: the request whose stream carried it, when the transport
         knows; ``answers=False``: the stream it came on never carries responses (the HTTP GET stream)."""
         if not isinstance(message, dict):
-            log.warning("upstream.bad_message", upstream=self.name, kind=type(message).__name__)
+            self.noisy(log.warning, "upstream.bad_message", upstream=self.name, kind=type(message).__name__)
             return
         method = message.get("method")
         if method is None:
             self._resolve(message, related, answers)
         elif not isinstance(method, str):
-            log.warning("upstream.bad_message", upstream=self.name, kind="method is not a string")
+            self.noisy(log.warning, "upstream.bad_message", upstream=self.name, kind="method is not a string")
         elif "id" in message:
             rid = message["id"]
             if not _valid_id(rid):
-                log.warning("upstream.bad_message", upstream=self.name, kind="request id is not a string or integer")
+                self.noisy(log.warning, "upstream.bad_message", upstream=self.name,
+                           kind="request id is not a string or integer")
+                return
+            if rid in self._serving:
+                await self._refuse(rid, method, ProtocolError(
+                    INVALID_REQUEST, "request id already in use by a request bastion is still serving"))
+                return
+            if len(self._serving) >= MAX_SERVING:
+                await self._refuse(rid, method, ProtocolError(
+                    RATE_LIMITED, f"too many requests in flight: bastion serves at most {MAX_SERVING} at once "
+                    "per connection"))
                 return
             task = self.spawn(self._serve(rid, method, message.get("params"), related))
             self._serving[rid] = task
@@ -440,7 +489,7 @@ class RpcSession:
             if method == "ping":
                 response["result"] = {}
             elif not self.accept_server_requests:
-                log.warning("upstream.server_request_refused", upstream=self.name, method=method)
+                self.noisy(log.warning, "upstream.server_request_refused", upstream=self.name, method=method[:100])
                 raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
             elif target is None or target.on_message is None:
                 if method == ROOTS_LIST:
@@ -448,7 +497,8 @@ class RpcSession:
                     # tell whose call this is) no client's roots may be shared: the truthful answer is none.
                     response["result"] = {"roots": []}
                 elif target is None and len(self._candidates()) > 1:
-                    log.warning("upstream.server_request_ambiguous", upstream=self.name, method=method)
+                    self.noisy(log.warning, "upstream.server_request_ambiguous", upstream=self.name,
+                               method=method[:100])
                     raise ProtocolError(INTERNAL_ERROR, f"{method} cannot be attributed to one of several requests "
                                         "in flight; bastion relays it only on a request's own stream")
                 else:
@@ -459,16 +509,27 @@ class RpcSession:
         except ProtocolError as exc:
             response["error"] = exc.to_error()
         except Exception:
-            log.exception("upstream.server_request_failed", upstream=self.name, method=method)
+            log.exception("upstream.server_request_failed", upstream=self.name, method=method[:100])
             response["error"] = {"code": INTERNAL_ERROR, "message": "Internal error"}
+        await self._answer(response, method)
+
+    async def _refuse(self, rid: Any, method: str, error: ProtocolError) -> None:
+        """Refuse one server request without serving it: answered here, in the reader's turn (see the module)."""
+        self.noisy(log.warning, "upstream.server_request_refused", upstream=self.name, method=method[:100],
+                   reason=error.message)
+        await self._answer({"jsonrpc": "2.0", "id": rid, "error": error.to_error()}, method)
+
+    async def _answer(self, response: dict[str, Any], method: str) -> None:
+        """Send the answer to a server request; bounded (``CLEANUP_TIMEOUT``), never raises."""
         try:
             async with asyncio.timeout(CLEANUP_TIMEOUT):
                 await self._send(response)
         except TimeoutError:
-            log.info("upstream.answer_failed", upstream=self.name, method=method,
-                     detail=f"not delivered within {CLEANUP_TIMEOUT:g} s")
+            self.noisy(log.info, "upstream.answer_failed", upstream=self.name, method=method[:100],
+                       detail=f"not delivered within {CLEANUP_TIMEOUT:g} s")
         except UpstreamUnavailable as exc:
-            log.info("upstream.answer_failed", upstream=self.name, method=method, detail=exc.log_detail)
+            self.noisy(log.info, "upstream.answer_failed", upstream=self.name, method=method[:100],
+                       detail=exc.log_detail)
 
     # -- housekeeping ----------------------------------------------------------------------------------------
 

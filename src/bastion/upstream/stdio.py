@@ -42,10 +42,14 @@ from bastion.upstream.session import Pending, RpcSession, StrayHandler
 from bastion.upstream.stderr import DEFAULT_STDERR, StderrHook, StderrLimits, StderrLog, pump_stderr
 from bastion.upstream.supervisor import Backoff, StateListener, Supervisor
 
-__all__ = ["INHERITED_ENV", "StdioUpstream"]
+__all__ = ["INHERITED_ENV", "STDIN_HIGH_WATER", "StdioUpstream"]
 
 log = structlog.get_logger("bastion.upstream")
 
+# Bytes written to a child's stdin and not yet taken by it past which bastion writes nothing more: a child that
+# stops reading must not make the pipe transport's buffer (``StreamWriter.write`` never blocks) grow without
+# bound. The write fails at once (``UpstreamUnavailable``) instead; one message is always accepted below it.
+STDIN_HIGH_WATER = 4 << 20
 # What a typical server (python, node, npx) needs to start; everything else must be configured explicitly.
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
 
@@ -243,6 +247,9 @@ class StdioUpstream:
         stdin = proc.stdin if proc is not None else None
         if stdin is None or stdin.is_closing():
             raise UpstreamUnavailable(self.name, log_detail="process not running")
+        waiting = stdin.transport.get_write_buffer_size()
+        if waiting >= STDIN_HIGH_WATER:
+            raise UpstreamUnavailable(self.name, log_detail=f"stdin not being read ({waiting} bytes waiting)")
         try:
             stdin.write(orjson.dumps(message) + b"\n")
             await stdin.drain()
@@ -259,7 +266,7 @@ class StdioUpstream:
                 try:
                     message = orjson.loads(line)
                 except orjson.JSONDecodeError:
-                    log.warning("upstream.bad_json", upstream=self.name, size=len(line))
+                    self._rpc.noisy(log.warning, "upstream.bad_json", upstream=self.name, size=len(line))
                     continue
                 await self._rpc.handle(message)
         except (ValueError, OSError) as exc:

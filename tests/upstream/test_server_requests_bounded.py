@@ -1,0 +1,117 @@
+"""Requests an upstream sends bastion are bounded per connection, their answers cannot pile up in a pipe nobody
+reads, and the warnings each one can cause are rate-limited (upstream.session, upstream.stdio)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from bastion.errors import INVALID_REQUEST, RATE_LIMITED, UpstreamUnavailable
+from bastion.upstream.session import MAX_SERVING, RpcSession
+from bastion.upstream.stdio import STDIN_HIGH_WATER, StdioUpstream
+from tests.upstream.helpers import ROOT, Inbox, server_command
+
+NOISY = ("upstream.answer_failed", "upstream.server_request_refused")
+
+
+def flood(*args: str) -> list[str]:
+    return server_command(*args, module="tests.fixtures.flood_server")
+
+
+async def test_one_connection_serves_at_most_so_many_requests_and_refuses_the_rest_at_once() -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    rpc = RpcSession("flood", send)
+    for i in range(5000):
+        await rpc.handle({"jsonrpc": "2.0", "id": i, "method": "ping"})
+        assert len(rpc._serving) <= MAX_SERVING
+    await rpc.handle({"jsonrpc": "2.0", "id": 0, "method": "ping"})  # an id still being served
+    refused = [m for m in sent if "error" in m]
+    assert len(refused) == 5000 - MAX_SERVING + 1
+    assert {m["error"]["code"] for m in refused[:-1]} == {RATE_LIMITED}
+    assert refused[-1]["id"] == 0 and refused[-1]["error"]["code"] == INVALID_REQUEST
+    await asyncio.gather(*rpc._serving.values())
+    assert sorted(m["id"] for m in sent if "result" in m) == list(range(MAX_SERVING))
+    await rpc.aclose()
+
+
+async def test_undeliverable_answers_are_logged_sparingly() -> None:
+    async def send(message: dict[str, Any]) -> None:
+        raise UpstreamUnavailable("flood", log_detail="stdin not being read")
+
+    rpc = RpcSession("flood", send)
+    with capture_logs() as logs:
+        for i in range(5000):
+            await rpc.handle({"jsonrpc": "2.0", "id": i, "method": "ping"})
+        await asyncio.gather(*rpc._serving.values())
+    noisy = [e for e in logs if e["event"] in NOISY]
+    # 5000 refusals and 5000 failed answers: a burst of 20, then about one a second.
+    assert len(noisy) < 60, len(noisy)
+    assert rpc.noisy._suppressed > 0  # counted, for the next line logged
+    await rpc.aclose()
+
+
+async def test_writes_to_a_child_that_stopped_reading_stop_at_the_high_water_mark() -> None:
+    up = StdioUpstream("deaf", flood("--deaf"), cwd=str(ROOT), era="legacy")
+    await up.start(Inbox())
+    try:
+        message = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "x" * (1 << 20)}}
+        refused: list[str] = []
+        for _ in range(3 * STDIN_HIGH_WATER // (1 << 20)):
+            try:
+                # Written at once; only the wait for the pipe to take it is cut short.
+                async with asyncio.timeout(0.01):
+                    await up._write(message)
+            except TimeoutError:
+                pass
+            except UpstreamUnavailable as exc:
+                refused.append(exc.log_detail or "")
+        proc = up._proc
+        assert proc is not None and proc.stdin is not None
+        assert proc.stdin.transport.get_write_buffer_size() <= STDIN_HIGH_WATER + (1 << 20) + 100
+        assert refused and all("stdin not being read" in detail for detail in refused)
+    finally:
+        await up.close()
+
+
+async def test_a_ping_flood_from_a_child_that_does_not_read_stays_bounded() -> None:
+    up = StdioUpstream("flood", flood("--pingflood", "50000"), cwd=str(ROOT), era="legacy")
+    await up.start(Inbox())
+    try:
+        with capture_logs() as logs:
+            await up.request("tools/list", None, timeout=10)  # the child stops reading and floods
+            rpc = up._rpc
+            most_served = most_buffered = 0
+            for _ in range(300):
+                await asyncio.sleep(0.01)
+                most_served = max(most_served, len(rpc._serving))
+                proc = up._proc
+                if proc is not None and proc.stdin is not None:
+                    most_buffered = max(most_buffered, proc.stdin.transport.get_write_buffer_size())
+        assert most_served <= MAX_SERVING
+        assert most_buffered <= STDIN_HIGH_WATER
+        assert len([e for e in logs if e["event"] in NOISY]) < 60
+    finally:
+        await up.close()
+
+
+@pytest.mark.parametrize("rid", ["dup", 7])
+async def test_a_request_reusing_an_id_in_service_is_refused(rid: Any) -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    rpc = RpcSession("flood", send)
+    await rpc.handle({"jsonrpc": "2.0", "id": rid, "method": "ping"})
+    await rpc.handle({"jsonrpc": "2.0", "id": rid, "method": "ping"})
+    assert len(rpc._serving) == 1
+    await asyncio.gather(*rpc._serving.values())
+    assert [("error" in m) for m in sent] == [True, False]
+    await rpc.aclose()
