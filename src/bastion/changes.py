@@ -9,10 +9,15 @@ both sides, so the producers never hold the front door and the front door subscr
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# Told which lists changed (``tools``, ``prompts``, ``resources``).
-CatalogueListener = Callable[[list[str]], Awaitable[None]]
+if TYPE_CHECKING:  # the publisher's type only: the view module builds on this one
+    from bastion.view import View
+
+# Told which lists changed (``tools``, ``prompts``, ``resources``), between which two views: the one replaced and
+# the one in force. Both come from the publisher, which swaps them, so a listener never works out a change against
+# a view it kept itself (the first build is not announced, and a kept view would miss it).
+CatalogueListener = Callable[[list[str], "View", "View"], Awaitable[None]]
 # Told (public URI, cleaned notification params) of every upstream resource update.
 ResourceListener = Callable[[str, Mapping[str, Any]], None]
 
@@ -27,9 +32,9 @@ class ChangeFeed:
         if resources is not None:
             self._resources.append(resources)
 
-    async def catalogue_changed(self, changed: list[str]) -> None:
+    async def catalogue_changed(self, changed: list[str], old: View, new: View) -> None:
         for listener in self._catalogue:
-            await listener(changed)
+            await listener(changed, old, new)
 
     def resource_updated(self, uri: str, params: Mapping[str, Any]) -> None:
         for listener in self._resources:

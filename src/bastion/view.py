@@ -124,7 +124,7 @@ class ViewPublisher:
             log.info("catalogue.published", version=view.catalogue.version, tools=len(view.catalogue.tools),
                      quarantined=len(view.quarantined), changed=changed or None)
         if changed and old.catalogue.version != "":
-            await self._changes.catalogue_changed(changed)
+            await self._changes.catalogue_changed(changed, old, view)
 
     async def _derive(self, lists: Mapping[str, cat.UpstreamLists],
                       upstream_instructions: tuple[tuple[str, str], ...]) -> View:
@@ -150,7 +150,7 @@ class ViewPublisher:
             changed = changes(old, self.view)
             log.info("catalogue.availability", unavailable=sorted(upstreams), changed=changed or None)
         if changed and old.catalogue.version != "":
-            await self._changes.catalogue_changed(changed)
+            await self._changes.catalogue_changed(changed, old, self.view)
 
     def _upstream_instructions(self) -> tuple[tuple[str, str], ...]:
         parts = []

@@ -332,7 +332,7 @@ async def running_core(*upstreams: MemoryUpstream, policy_text: str | None = Non
     core = Core(settings=conf, gateway=gw, pool=pool, dispatcher=Dispatcher(gw, StateSealer(conf.sessions.state)),
                 sink=sink, upstreams=dict(by_name), pins=pin_store)
 
-    async def record_change(changed: list[str]) -> None:
+    async def record_change(changed: list[str], old: View, new: View) -> None:
         core.changes.append(changed)
 
     changes.subscribe(record_change)

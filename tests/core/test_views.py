@@ -19,6 +19,7 @@ import pytest
 
 from bastion import catalogue as cat
 from bastion import collector
+from bastion.delivery import list_changes
 from bastion.policy.guard import PolicyAccess
 from bastion.view import Reusable, View
 from tests.audit.helpers import assert_valid
@@ -45,9 +46,11 @@ class Changes:
 
     def __init__(self) -> None:
         self.heard: list[list[str]] = []
+        self.views: list[tuple[View, View]] = []  # (replaced, in force) for each change heard
 
-    async def __call__(self, changed: list[str]) -> None:
+    async def __call__(self, changed: list[str], old: View, new: View) -> None:
         self.heard.append(changed)
+        self.views.append((old, new))
 
     def take(self) -> list[list[str]]:
         heard, self.heard = self.heard, []
@@ -260,6 +263,13 @@ async def test_an_unavailable_upstreams_tools_leave_the_lists_until_it_is_back()
     await build.set_unavailable(gw, frozenset())
     assert len(gw.visible_tools(ALICE)) == 3
     assert changes.take() == [["tools"], ["tools"]]
+    # Each announcement says between which views: the first one is against the unannounced first build, so a
+    # listener can tell which tools left (a listener that kept the view it last heard of had none to compare).
+    (before, hidden), (_, shown) = changes.views
+    assert before.unavailable == frozenset() and names(before) == names(hidden)
+    assert hidden.unavailable == {"files"} and shown.unavailable == frozenset()
+    assert [c.tools for c in list_changes(before, hidden, ["tools"])] == [
+        tuple(t for t in before.catalogue.tools if t.upstream == "files")]
 
 
 async def test_visible_tools_are_what_the_policy_lets_a_principal_call() -> None:

@@ -62,6 +62,7 @@ from bastion.server.lifecycle import SessionEvent, SessionLifecycle
 from bastion.server.modern import ModernDoor, is_modern
 from bastion.server.protocol import deliver, whole_body
 from bastion.server.responder import Responder
+from bastion.view import View
 
 __all__ = ["Authenticate", "McpEndpoint", "OnRefused", "SessionEvent"]
 
@@ -87,8 +88,6 @@ class McpEndpoint:
         self.on_session = on_session
         self._ids = itertools.count(1)
         self.listeners = dispatcher.listeners
-        # The view the last list changes were worked out against: the next announcement compares with it.
-        self._announced = gateway.view
         gateway.changes.subscribe(self._announce, self.listeners.resource_updated)
 
     # The rooms behind the door, each built on first use from the collaborators the constructor took.
@@ -229,11 +228,10 @@ class McpEndpoint:
             log.info("request.rejected", code=exc.code, reason=exc.message, detail=exc.log_detail[:500])
         return Answer.error(exc.request_id, exc).response()
 
-    async def _announce(self, changed: list[str]) -> None:
+    async def _announce(self, changed: list[str], old: View, new: View) -> None:
         """Relay list changes to every legacy session listening on a GET stream of this replica, and to the
-        modern listen streams that opted into them: each only if an entry that changed is one its principal may
-        see under the policy in force (``bastion.delivery``)."""
-        old, self._announced = self._announced, self.gw.view
-        found = list_changes(old, self._announced, changed)
+        modern listen streams that opted into them: each only if an entry that changed between the two views is
+        one its principal may see under the policy in force (``bastion.delivery``)."""
+        found = list_changes(old, new, changed)
         self.listeners.lists_changed(found)
         self._sessions.lists_changed(found)
