@@ -88,7 +88,7 @@ from bastion.upstream.config import build_upstream
 from bastion.upstream.httpio import upstream_client
 from bastion.upstream_pool import Member, UpstreamPool
 from bastion.validation import CompileSchemas, ValidationConfig
-from bastion.view import Reusable, ViewPublisher, ViewStep
+from bastion.view import Reusable, View, ViewPublisher, ViewStep
 
 log = structlog.get_logger("bastion.app")
 
@@ -169,7 +169,7 @@ def build(settings: Settings) -> Components:
                                              on_stderr=metrics.upstream_stderr), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
     requests = RefreshRequests()
-    changes = ChangeFeed()
+    changes: ChangeFeed[View] = ChangeFeed()
 
     validation_cfg: ValidationConfig = settings.section("validation")
     sanitize_cfg: SanitizeConfig = settings.section("sanitize")

@@ -32,7 +32,7 @@ CleanNotification = Callable[[str, str, dict[str, Any]], dict[str, Any]]
 
 class UpstreamBroadcast:
     def __init__(self, prefixes: Mapping[str, str | None], live: LiveSessions, view: Callable[[], View],
-                 access: AccessControl, clean: CleanNotification, changes: ChangeFeed) -> None:
+                 access: AccessControl, clean: CleanNotification, changes: ChangeFeed[View]) -> None:
         self._prefixes = dict(prefixes)
         self._live = live
         self._gate = DeliveryGate(view, access, [name for name, prefix in self._prefixes.items() if not prefix])

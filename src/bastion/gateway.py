@@ -36,7 +36,7 @@ from bastion.visibility import ToolListings
 
 class Gateway:
     def __init__(self, settings: Settings, *, store: SessionStore, live: LiveSessions, views: ViewPublisher,
-                 pool: UpstreamPool, pipeline: Pipeline, changes: ChangeFeed, access: AccessControl | None = None,
+                 pool: UpstreamPool, pipeline: Pipeline, changes: ChangeFeed[View], access: AccessControl | None = None,
                  cleaner: UpstreamTextCleaner | None = None,
                  emit_audit: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
                  tracing: Tracing = NO_TRACING) -> None:

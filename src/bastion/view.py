@@ -92,7 +92,7 @@ class _Reused:
 class ViewPublisher:
     """Owns the current view: rebuilds it from the upstreams' lists, hides unavailable upstreams, announces."""
 
-    def __init__(self, upstreams: Sequence[Upstream], steps: Sequence[ViewStep], changes: ChangeFeed, *,
+    def __init__(self, upstreams: Sequence[Upstream], steps: Sequence[ViewStep], changes: ChangeFeed[View], *,
                  separator: str = "__", on_collision: Literal["first", "reject"] = "first") -> None:
         self._separator = separator
         self._on_collision = on_collision

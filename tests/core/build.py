@@ -205,7 +205,7 @@ def validators_of(gw: Gateway) -> Callable[[ToolEntry], ToolValidators | None]:
     return validators_for(lambda: gw.view)
 
 
-def on_change(gw: Gateway, listener: CatalogueListener) -> None:
+def on_change(gw: Gateway, listener: CatalogueListener[View]) -> None:
     gw.changes.subscribe(listener)
 
 
