@@ -262,7 +262,7 @@ def build(settings: Settings) -> Components:
         view=lambda: views.view, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
         auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
         approvals=approvals, principals=known_principals(auth_cfg), sessions=lambda: session_count.get("n"),
-        started_at=started_at, restarts=restarts), guard=_host_guard(admin_cfg, refusals.report)) \
+        started_at=started_at, restarts=restarts, redis=redis_client), guard=_host_guard(admin_cfg, refusals.report)) \
         if admin_cfg.enabled else None
 
     return Components(

@@ -9,6 +9,12 @@ peers, and a browser tricked by DNS rebinding is one) and approve pins and held 
 Every response carries the security headers (strict CSP: scripts and styles only from bastion itself, no inline
 code; no framing; no caching; no referrer). Every page needs a valid session cookie; every POST but the login
 needs the session's CSRF token as well; the login POST needs the login form's signed double-submit token.
+
+A session is valid while its signature checks, its expiry has not passed and it was not revoked (logout:
+``revocation.Revocations``), and that is asked wherever a session is accepted: each page, form and partial, and
+each live stream again at every keep-alive tick and before anything it sends; a stream also ends the moment its
+session expires or is revoked on this replica. Authorisation at connection start alone would let a stream opened
+before a logout, or shortly before the expiry, follow the audit log for as long as the browser stays.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from starlette.types import ASGIApp
 
 from bastion.admin import pages
 from bastion.admin.config import AdminConfig, is_loopback
+from bastion.admin.revocation import Revocations
 from bastion.admin.session import COOKIE, LOGIN_COOKIE, AdminSession, Signer, csrf_ok
 from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
@@ -70,6 +77,7 @@ class Console:
         self.tap = tap
         self._clock = clock
         self._signer = Signer(cfg.secret.encode() if cfg.secret else secrets.token_bytes(32))
+        self.revocations = Revocations(src.redis, clock=clock)
         self._env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                        autoescape=True, undefined=jinja2.StrictUndefined)
         # A stream ends when the console stops, so a graceful shutdown does not wait on open browsers.
@@ -123,10 +131,18 @@ class Console:
         body = self._env.get_template(name).render(session=session, path=request.url.path, **context)
         return HTMLResponse(body, status_code=status)
 
-    def session_of(self, request: Request) -> AdminSession | None:
+    async def session_of(self, request: Request) -> AdminSession | None:
+        """The request's session: signed, unexpired and not revoked (logged out), or None."""
         if not self._client_allowed(request):
             return None
-        return self._signer.session(request.cookies.get(COOKIE), now=self._clock())
+        session = self._signer.session(request.cookies.get(COOKIE), now=self._clock())
+        if session is None or await self.revocations.revoked(session):
+            return None
+        return session
+
+    async def _still_valid(self, session: AdminSession) -> bool:
+        """What ``session_of`` asks, again, for a response that outlives its request (a stream)."""
+        return session.expires > self._clock() and not await self.revocations.revoked(session)
 
     def _client_allowed(self, request: Request) -> bool:
         # Without gateway auth the console has no credentials to check: only this machine may use it.
@@ -136,7 +152,7 @@ class Console:
 
     def _page(self, handler: Callable[[Request, AdminSession], Awaitable[Response]]) -> Handler:
         async def run(request: Request) -> Response:
-            session = self.session_of(request)
+            session = await self.session_of(request)
             if session is None:
                 if request.headers.get("accept", "").startswith("text/event-stream") or \
                         request.url.path.startswith("/partials"):
@@ -148,7 +164,7 @@ class Console:
 
     def _post(self, handler: Callable[[Request, AdminSession, dict[str, str]], Awaitable[Response]]) -> Handler:
         async def run(request: Request) -> Response:
-            session = self.session_of(request)
+            session = await self.session_of(request)
             if session is None:
                 return Response("login required", status_code=401, media_type="text/plain")
             form = await _form(request)
@@ -229,7 +245,18 @@ class Console:
                             secure=not self.cfg.loopback)
 
     async def logout(self, request: Request, session: AdminSession, form: dict[str, str]) -> Response:
-        await self._audit(session, request, "logout", session.admin, "ok")
+        # Revoked server-side (the cookie is signed: forgetting it in the browser alone revokes nothing), which
+        # also ends this session's open streams.
+        shared = await self.revocations.revoke(session)
+        if shared:
+            detail = "session revoked on every replica (Redis)"
+        elif self.revocations.shared:
+            detail = "session revoked on this replica only: Redis unavailable"
+        elif self.cfg.secret is None:
+            detail = "session revoked (its signing key is this replica's own)"
+        else:
+            detail = "session revoked on this replica (no Redis: replicas sharing admin.secret are not told)"
+        await self._audit(session, request, "logout", session.admin, "ok", detail)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -262,20 +289,36 @@ class Console:
 
         async def events() -> AsyncIterator[bytes]:
             seq = after
-            yield b"retry: 1000\n\n"
-            while not self.closing.is_set():
-                batch = await self.tap.wait(seq, KEEPALIVE_S)
-                if not batch:
-                    if await request.is_disconnected():
+            # Ends the stream the moment the session expires or is logged out on this replica.
+            ended = asyncio.ensure_future(self.revocations.wait_ended(session))
+            closing = asyncio.ensure_future(self.closing.wait())
+            batch: asyncio.Future[list[tuple[int, dict[str, Any]]]] | None = None
+            try:
+                yield b"retry: 1000\n\n"
+                while True:
+                    batch = asyncio.ensure_future(self.tap.wait(seq, KEEPALIVE_S))
+                    waiters: set[asyncio.Future[Any]] = {batch, ended, closing}
+                    done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                    if ended in done or closing in done:
                         return
-                    yield b": keep-alive\n\n"
-                    continue
-                for s, record in batch:
-                    seq = s
-                    if pages.matches(record, filters):
-                        data = json.dumps(pages.live_record(record, log_arguments=log_arguments),
-                                          ensure_ascii=False, separators=(",", ":"))
-                        yield f"id: {s}\ndata: {data}\n\n".encode()
+                    records = batch.result()
+                    # Asked again before anything is sent, and at each keep-alive tick: a logout through another
+                    # replica (Redis) ends the stream here.
+                    if not await self._still_valid(session):
+                        return
+                    if not records:
+                        if await request.is_disconnected():
+                            return
+                        yield b": keep-alive\n\n"
+                        continue
+                    for s, record in records:
+                        seq = s
+                        if pages.matches(record, filters):
+                            data = json.dumps(pages.live_record(record, log_arguments=log_arguments),
+                                              ensure_ascii=False, separators=(",", ":"))
+                            yield f"id: {s}\ndata: {data}\n\n".encode()
+            finally:
+                await cancel_and_wait([f for f in (batch, ended, closing) if f is not None])
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"x-accel-buffering": "no"})
@@ -362,16 +405,22 @@ class Console:
             feed = service.subscribe()
             following: asyncio.Future[ApprovalEvent] = asyncio.ensure_future(anext(feed))
             closing = asyncio.ensure_future(self.closing.wait())
+            # Ends the stream the moment the session expires or is logged out on this replica.
+            ended = asyncio.ensure_future(self.revocations.wait_ended(session))
             try:
                 # Let the subscription register first: whatever happens after the "sync" the page reacts to (a
                 # fresh table) is then an event on this stream, so nothing falls between page load and stream.
                 await asyncio.sleep(0)
                 yield b'retry: 1000\n\ndata: {"kind":"sync"}\n\n'
                 while True:
-                    waiters: set[asyncio.Future[Any]] = {following, closing}
+                    waiters: set[asyncio.Future[Any]] = {following, closing, ended}
                     done, _ = await asyncio.wait(waiters, timeout=KEEPALIVE_S,
                                                  return_when=asyncio.FIRST_COMPLETED)
-                    if closing in done:
+                    if closing in done or ended in done:
+                        return
+                    # Asked again before anything is sent, and at each keep-alive tick: a logout through another
+                    # replica (Redis) ends the stream here.
+                    if not await self._still_valid(session):
                         return
                     if following in done:
                         event = following.result()
@@ -384,7 +433,7 @@ class Console:
                         return
                     yield b": keep-alive\n\n"
             finally:
-                await cancel_and_wait([following, closing])
+                await cancel_and_wait([following, closing, ended])
                 if isinstance(feed, AsyncGenerator):
                     await feed.aclose()  # a cancelled step that had not started leaves it suspended
 

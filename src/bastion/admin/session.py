@@ -1,7 +1,8 @@
 """Signed session cookies and CSRF tokens: pure functions of a key, a clock and the request's values.
 
 A session cookie is ``base64url(json payload) "." base64url(HMAC-SHA256(key, payload))``. The payload names the
-admin (id, groups, how authenticated), when it expires, and the session's CSRF token (synchronizer token: every
+admin (id, groups, how authenticated), when it expires, the session's own random id (what a logout revokes, see
+``revocation.py``: a signature alone cannot be taken back) and the session's CSRF token (synchronizer token: every
 state-changing form carries it and it must equal the session's; a cross-site page can neither read the cookie nor
 the token). Before login there is no session, so the login form uses a signed double-submit token instead: a
 random value in its own HttpOnly cookie, and the same value signed into the form.
@@ -29,6 +30,8 @@ class AdminSession:
     auth_method: AuthMethod
     expires: float
     csrf: str
+    # Random per login: the handle a logout revokes (``Revocations``); never shown, never the CSRF token.
+    sid: str
 
 
 def _b64(data: bytes) -> str:
@@ -59,13 +62,15 @@ class Signer:
 
     def issue(self, admin: str, groups: tuple[str, ...], auth_method: AuthMethod, *, now: float,
               ttl_s: float) -> tuple[str, AdminSession]:
-        session = AdminSession(admin, groups, auth_method, now + ttl_s, secrets.token_urlsafe(32))
+        session = AdminSession(admin, groups, auth_method, now + ttl_s, secrets.token_urlsafe(32),
+                               secrets.token_urlsafe(16))
         payload = json.dumps({"a": admin, "g": list(groups), "m": auth_method, "e": session.expires,
-                              "c": session.csrf}, separators=(",", ":")).encode()
+                              "c": session.csrf, "s": session.sid}, separators=(",", ":")).encode()
         return self.sign(payload), session
 
     def session(self, cookie: str | None, *, now: float) -> AdminSession | None:
-        """The session a cookie carries, or ``None`` when absent, forged, malformed or expired."""
+        """The session a cookie carries, or ``None`` when absent, forged, malformed or expired. Whether it was
+        revoked (logged out) is not the signature's to say: the console asks ``Revocations`` as well."""
         if not cookie:
             return None
         payload = self.unsign(cookie)
@@ -74,7 +79,7 @@ class Signer:
         try:
             data = json.loads(payload)
             session = AdminSession(str(data["a"]), tuple(str(g) for g in data["g"]), data["m"], float(data["e"]),
-                                   str(data["c"]))
+                                   str(data["c"]), str(data["s"]))
         except (ValueError, KeyError, TypeError):
             return None
         return session if session.expires > now else None

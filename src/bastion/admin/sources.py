@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from bastion.approvals import ApprovalService
 from bastion.audit.log import AuditLog
 from bastion.auth import Authenticator
@@ -45,4 +47,6 @@ class AdminSources:
     started_at: float = field(default_factory=time.time)
     # Restarts per upstream since start, counted by the assembly's health transition handler.
     restarts: Mapping[str, int] = field(default_factory=dict)
+    # Redis, when configured (``redis_url``): console logouts reach every replica sharing it (``revocation.py``).
+    redis: aioredis.Redis | None = None
     extra: dict[str, Any] = field(default_factory=dict)
