@@ -32,13 +32,14 @@ import structlog
 from starlette.types import ASGIApp
 
 from bastion.access import AccessControl, AllowAll
-from bastion.admin import AdminConfig, AdminConsole, AdminSources, build_console, known_principals
+from bastion.admin import AdminConfig, AdminConsole, AdminSources, build_console
 from bastion.approvals import ApprovalsConfig, ApprovalService
 from bastion.approvals.guard import ApprovalGuard
 from bastion.approvals.store import ApprovalStore, MemoryApprovalStore, RedisApprovalStore
 from bastion.audit import AuditCatalogueDrops, AuditConfig, AuditEvents, AuditLog, CallAuditor, build_audit_log
 from bastion.auth import build_authenticator
 from bastion.auth.config import AuthConfig
+from bastion.auth.known import PrincipalDirectory
 from bastion.broadcast import UpstreamBroadcast
 from bastion.call import AuditHook
 from bastion.changes import ChangeFeed
@@ -261,7 +262,7 @@ def build(settings: Settings) -> Components:
     admin = build_console(admin_cfg, AdminSources(
         view=lambda: views.view, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
         auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
-        approvals=approvals, principals=known_principals(auth_cfg), sessions=lambda: session_count.get("n"),
+        approvals=approvals, principals=PrincipalDirectory.from_auth(auth_cfg), sessions=lambda: session_count.get("n"),
         started_at=started_at, restarts=restarts, redis=redis_client), guard=_host_guard(admin_cfg, refusals.report)) \
         if admin_cfg.enabled else None
 

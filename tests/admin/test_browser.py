@@ -260,6 +260,7 @@ def test_an_admin_day_in_the_console(gateway: tuple[GatewayProcess, int], browse
     form.find_element(By.CSS_SELECTOR, "button").click()
     until(lambda: driver.find_element(By.ID, "decision").text == "deny", what="explained")
     assert driver.find_element(By.ID, "rule").text == "no-add-for-eng"
+    assert driver.find_element(By.ID, "principal-source").get_attribute("data-source") == "api_key"
     shot(driver, "policy")
 
     # Refused without a CSRF token: the same form, its token removed, is rejected and nothing is decided.

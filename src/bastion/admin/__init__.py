@@ -11,8 +11,7 @@ from bastion.admin.console import Console
 from bastion.admin.server import AdminServer
 from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
-from bastion.auth.config import AuthConfig
-from bastion.principal import Principal
+from bastion.auth.known import known_principals
 
 __all__ = ["AdminConfig", "AdminConsole", "AdminSources", "build_console", "known_principals"]
 
@@ -45,15 +44,3 @@ def build_console(cfg: AdminConfig, src: AdminSources,
     src.audit_log.listeners.append(tap)
     console = Console(cfg, src, tap, guard=guard)
     return AdminConsole(console, AdminServer(console.asgi(), cfg.host, cfg.port))
-
-
-def known_principals(auth: AuthConfig | None) -> tuple[Principal, ...]:
-    """Who the auth config names, as the policy sees them: each API key's id, groups and attributes. The key
-    hashes stay behind, so no page can show one. JWT subjects are not known in advance; without ``auth`` every
-    caller is the anonymous principal."""
-    if auth is None or auth.mode == "none":
-        return (Principal.anonymous(),)
-    # One entry per id: rotating a key adds a second entry under the same id, and the policy sees one principal.
-    first = {k.id: k for k in reversed(auth.api_keys)}
-    return tuple(Principal(id=k.id, groups=k.groups, attributes=k.attributes, auth_method="api_key")
-                 for _, k in sorted(first.items()))

@@ -25,7 +25,6 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import jinja2
@@ -46,6 +45,7 @@ from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
 from bastion.approvals import ApprovalEvent, NotAnApprover
 from bastion.audit.record import admin_action_record, approval_record, pin_approve_record
+from bastion.auth.known import ResolvedPrincipal
 from bastion.errors import AuthenticationError
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
 from bastion.policy.cases import tool_entry
@@ -486,35 +486,57 @@ class Console:
                 "rules": len(current.rules), "status": watcher.status if watcher is not None else None}
 
     async def policy(self, request: Request, session: AdminSession) -> Response:
-        return self._render("policy.html", request, session, p=self._policy_context(), result=None,
-                            form={"principal": "", "groups": "", "tool": "", "arguments": "{}"}, error=None)
+        return self._render("policy.html", request, session, p=self._policy_context(), result=None, who=None,
+                            form={"principal": "", "groups": "", "claims": "{}", "tool": "", "arguments": "{}"},
+                            error=None)
 
     async def explain(self, request: Request, session: AdminSession, form: dict[str, str]) -> Response:
-        fields = {k: form.get(k, "") for k in ("principal", "groups", "tool", "arguments")}
+        fields = {k: form.get(k, "") for k in ("principal", "groups", "claims", "tool", "arguments")}
         holder = self.src.policy
-        result, error = None, None
+        result, error, who = None, None, None
         if holder is None:
             error = "no policy is configured: every authenticated principal may call every tool"
         else:
             try:
-                arguments = json.loads(fields["arguments"] or "{}")
-                if not isinstance(arguments, dict):
-                    raise ValueError("arguments must be a JSON object")
-                principal = Principal(id=fields["principal"] or "anonymous",
-                                      groups=frozenset(g.strip() for g in fields["groups"].split(",") if g.strip()),
-                                      attributes=MappingProxyType({}), auth_method="api_key")
+                claims = _json_object(fields["claims"], "claims")
+                arguments = _json_object(fields["arguments"], "arguments")
+                # The principal as the gateway would authenticate it (an API key's own groups and attributes; a
+                # JWT subject from the claims entered), the same resolution as the catalogue and the CLI's.
+                resolved = self.src.principals.resolve(
+                    fields["principal"].strip(), groups=(g.strip() for g in fields["groups"].split(",")),
+                    claims=claims)
+                who = _who(resolved)
                 # The tool as the catalogue has it (its real annotations), else a bare one by name.
                 entry = self.src.view().catalogue.tool(fields["tool"]) or \
                     tool_entry(fields["tool"], None, {})
-                decision = holder.current.decide(principal, entry, arguments)
+                decision = holder.current.decide(resolved.principal, entry, arguments)
                 result = decision_json(decision, holder.current)
             except ValueError as exc:
-                error = f"arguments: {exc}"
+                error = str(exc)
+        principal_text = f"principal {fields['principal']!r}" + (f" ({who['source']})" if who else "")
         await self._audit(session, request, "policy.explain", fields["tool"] or None,
                           "failed" if error else "ok",
-                          error or f"principal {fields['principal']!r}: {result['decision'] if result else ''}")
+                          error or f"{principal_text}: {result['decision'] if result else ''}")
         return self._render("policy.html", request, session, status=400 if error else 200,
-                            p=self._policy_context(), result=result, form=fields, error=error)
+                            p=self._policy_context(), result=result, who=who, form=fields, error=error)
+
+
+def _json_object(text: str, name: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError as exc:
+        raise ValueError(f"{name}: not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}: must be a JSON object")
+    return value
+
+
+def _who(resolved: ResolvedPrincipal) -> dict[str, Any]:
+    """The explained principal as the page shows it: where it came from, its groups and attributes."""
+    principal = resolved.principal
+    return {"id": principal.id, "source": resolved.source, "detail": resolved.detail,
+            "groups": sorted(principal.groups), "ignored": list(resolved.ignored),
+            "attributes": json.dumps(dict(principal.attributes), sort_keys=True, ensure_ascii=False, default=str)}
 
 
 def _principal(session: AdminSession) -> Principal:

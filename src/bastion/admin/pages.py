@@ -52,9 +52,10 @@ def _transport(upstream: object) -> str:
 def catalogue(src: AdminSources, principal: str | None = None) -> dict[str, Any]:
     """Every tool as clients see it, and every hidden one with the reason. With ``principal`` (one of the known
     principals), also what the policy hides from that principal, by the rule that hides it: the same
-    ``PolicySet.decide`` (list form, no arguments) as ``tools/list`` and ``bastion policy explain --list``."""
+    ``PolicySet.decide`` (list form, no arguments) as ``tools/list`` and ``bastion policy explain --list``, for the
+    principal as the gateway authenticates it (``PrincipalDirectory``: an API key's groups and attributes)."""
     view = src.view()
-    chosen = next((p for p in src.principals if p.id == principal), None) if principal else None
+    chosen = src.principals.find(principal) if principal else None
     policy = src.policy.current if src.policy is not None and chosen is not None else None
     visible, hidden = [], []
     for entry in sorted(view.catalogue.tools, key=lambda e: e.public_name):
@@ -93,7 +94,7 @@ def catalogue(src: AdminSources, principal: str | None = None) -> dict[str, Any]
     return {"visible": visible, "hidden": hidden, "version": view.catalogue.version or "(none yet)",
             "policy_note": policy_note, "selected": chosen.id if chosen is not None else "",
             "unknown": principal if principal and chosen is None else "",
-            "principals": [{"id": p.id, "groups": sorted(p.groups)} for p in src.principals]}
+            "principals": [{"id": p.id, "groups": sorted(p.groups)} for p in src.principals.known]}
 
 
 def _drop_kind(reason: str) -> str:

@@ -16,11 +16,11 @@ import redis.asyncio as aioredis
 from bastion.approvals import ApprovalService
 from bastion.audit.log import AuditLog
 from bastion.auth import Authenticator
+from bastion.auth.known import PrincipalDirectory
 from bastion.health import HealthMonitor
 from bastion.pinning.service import Pinning
 from bastion.policy.guard import PolicyHolder
 from bastion.policy.watch import PolicyWatcher
-from bastion.principal import Principal
 from bastion.upstream_pool import UpstreamPool
 from bastion.view import View
 
@@ -39,9 +39,10 @@ class AdminSources:
     policy_watcher: PolicyWatcher | None = None
     # Pending human approvals (list, decide, subscribe) for the approvals page; None: the page says so.
     approvals: ApprovalService | None = None
-    # The principals the auth config names (API key ids with their groups and attributes, never the hashes), for
-    # the catalogue's per-principal view (``known_principals`` of the auth section).
-    principals: tuple[Principal, ...] = ()
+    # Who the auth config can authenticate (API key ids with their groups and attributes, never the hashes; whether
+    # JWT subjects are accepted): the principal as the gateway sees it, for the catalogue's per-principal view and
+    # the explain form (``PrincipalDirectory.resolve``, as ``bastion policy explain --config``).
+    principals: PrincipalDirectory = field(default_factory=PrincipalDirectory)
     # The number of live sessions, as the sweeper last counted them (``None``: not counted yet).
     sessions: Callable[[], int | None] = lambda: None
     started_at: float = field(default_factory=time.time)

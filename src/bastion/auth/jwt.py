@@ -57,21 +57,28 @@ def principal_from_claims(claims: Mapping[str, Any], cfg: JwtConfig) -> Principa
     principal_id = _claim(claims, cfg.principal_claim)
     if not isinstance(principal_id, str) or not principal_id:
         raise CredentialRejected(f"JWT claim {cfg.principal_claim!r} is missing or not a string")
-    raw_groups = _claim(claims, cfg.groups_claim)
-    if raw_groups is None:
-        groups: frozenset[str] = frozenset()
-    elif isinstance(raw_groups, str):
-        groups = frozenset(raw_groups.split())
-    elif isinstance(raw_groups, list) and all(isinstance(g, str) for g in raw_groups):
-        groups = frozenset(raw_groups)
-    else:
-        # Fail loudly rather than quietly dropping groups: a wrong claim shape is an IdP config error.
-        raise CredentialRejected(f"JWT claim {cfg.groups_claim!r} is neither a list of strings nor a string")
-    attributes = {k: v for k, v in claims.items() if k not in REGISTERED_CLAIMS}
     exp = claims.get("exp")
     expires_at = float(exp) + cfg.leeway_s if isinstance(exp, int | float) and not isinstance(exp, bool) else None
-    return Principal(id=principal_id, groups=groups, attributes=MappingProxyType(attributes), auth_method="jwt",
-                     expires_at=expires_at)
+    return Principal(id=principal_id, groups=claim_groups(claims, cfg), attributes=claim_attributes(claims),
+                     auth_method="jwt", expires_at=expires_at)
+
+
+def claim_groups(claims: Mapping[str, Any], cfg: JwtConfig) -> frozenset[str]:
+    """The groups a token's claims give (``jwt.groups_claim``: a list of strings, or one space-separated string)."""
+    raw_groups = _claim(claims, cfg.groups_claim)
+    if raw_groups is None:
+        return frozenset()
+    if isinstance(raw_groups, str):
+        return frozenset(raw_groups.split())
+    if isinstance(raw_groups, list) and all(isinstance(g, str) for g in raw_groups):
+        return frozenset(raw_groups)
+    # Fail loudly rather than quietly dropping groups: a wrong claim shape is an IdP config error.
+    raise CredentialRejected(f"JWT claim {cfg.groups_claim!r} is neither a list of strings nor a string")
+
+
+def claim_attributes(claims: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The principal's attributes: every claim but those describing the token itself."""
+    return MappingProxyType({k: v for k, v in claims.items() if k not in REGISTERED_CLAIMS})
 
 
 def _claim(claims: Mapping[str, Any], name: str) -> Any:

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from bastion.auth.known import PrincipalDirectory, ResolvedPrincipal
 from bastion.errors import ConfigError
 from bastion.policy.cases import check_case, load_cases, tool_entry
 from bastion.policy.decide import PolicySet
@@ -41,6 +42,10 @@ def register(subparsers: Any) -> None:
     explain = subparsers.add_parser("explain", help="show the decision for one principal and one tool")
     explain.add_argument("--policies", action="append", type=Path, metavar="PATH",
                          help=f"policy file or directory, repeatable (default: {DEFAULT_POLICIES})")
+    explain.add_argument("--config", "-c", metavar="FILE",
+                         help="the gateway's config: the principal is resolved as the gateway authenticates it (an "
+                              "API key id gets its entry's groups and attributes; --group/--claim then apply to "
+                              "JWT subjects only), and --policies defaults to the config's")
     explain.add_argument("--principal", required=True, metavar="ID", help="principal id")
     explain.add_argument("--group", action="append", default=[], metavar="G", help="a group, repeatable")
     explain.add_argument("--claim", action="append", default=[], metavar="K=V",
@@ -82,9 +87,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     try:
-        policy = load_policies(args.policies or [DEFAULT_POLICIES])
-        principal = Principal(id=args.principal, groups=frozenset(args.group),
-                              attributes=MappingProxyType(_claims(args.claim)))
+        resolved, policy_paths = _principal_and_policies(args)
+        policy = load_policies(policy_paths)
+        principal = resolved.principal
         decision = _explain(policy, principal, args)
         labels = sorted(policy.labels_of(_explained_tool(args))) if args.tool else []
     except ConfigError as exc:
@@ -96,8 +101,16 @@ def run_explain(args: argparse.Namespace) -> int:
         out = decision_json(decision, policy, labels)
         if args.resource:
             out["resource"] = canonical
+        out["principal"] = {"id": principal.id, "groups": sorted(principal.groups), "source": resolved.source,
+                            "detail": resolved.detail, "ignored": list(resolved.ignored)}
         print(json.dumps(out, indent=2))
     else:
+        print(f"principal:     {principal.id} (groups: {', '.join(sorted(principal.groups)) or 'none'}; "
+              f"attributes: {', '.join(sorted(principal.attributes)) or 'none'})")
+        print(f"from:          {resolved.detail}")
+        if resolved.ignored:
+            print(f"not applied:   {', '.join(resolved.ignored)} as given: the gateway takes them from the source "
+                  "above")
         if args.resource:
             print(f"resource: {canonical if canonical is not None else '(refused: no canonical form)'}")
         _print_decision(decision, policy, labels)
@@ -122,6 +135,30 @@ def run_test(args: argparse.Namespace) -> int:
     passed = len(case_file.cases) - failed
     print(f"{passed} passed, {failed} failed (policy version {policy.version})")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _principal_and_policies(args: argparse.Namespace) -> tuple[ResolvedPrincipal, list[Path]]:
+    """The principal to explain and the policy files. With ``--config``, as the gateway would see it (the same
+    ``PrincipalDirectory.resolve`` as the admin console); without, as given on the command line."""
+    claims = _claims(args.claim)
+    if args.config is None:
+        principal = Principal(id=args.principal, groups=frozenset(args.group), attributes=MappingProxyType(claims))
+        return ResolvedPrincipal(principal, "entered", "as given (--group, --claim); --config resolves it as the "
+                                                       "gateway authenticates it"), \
+            list(args.policies or [DEFAULT_POLICIES])
+    from bastion import settings as settings_mod
+
+    cfg = settings_mod.load(args.config)
+    directory = PrincipalDirectory.from_auth(cfg.section("auth"))
+    try:
+        resolved = directory.resolve(args.principal, groups=args.group, claims=claims)
+    except ValueError as exc:
+        raise ConfigError(f"--claim: {exc}") from None
+    paths = list(args.policies or cfg.policies)
+    if not paths:
+        raise ConfigError(f"{args.config}: no 'policies' configured: every authenticated principal may call every "
+                          "tool (or name policy files with --policies)")
+    return resolved, paths
 
 
 def _explain(policy: PolicySet, principal: Principal, args: argparse.Namespace) -> Decision:
