@@ -141,3 +141,22 @@ async def test_revocations_are_kept_until_the_session_expires_and_no_longer() ->
     now[0] += 61  # past the first session's own expiry: its cookie is refused by its signature's expiry anyway
     await revocations.revoke(second)
     assert len(revocations) == 1 and await revocations.revoked(second)
+
+
+async def test_while_redis_is_down_a_logout_holds_on_its_replica_and_says_so(tmp_path: Path,
+                                                                             private_redis: RedisServer) -> None:
+    shared: dict[str, Any] = {"redis": {"url": private_redis.url}, "admin": {"port": 0, "secret": "s" * 40}}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with console(tmp_path / "a", **shared) as (door_a, on_a), console(tmp_path / "b", **shared) as (_, on_b):
+        await login(on_a)
+        on_b.cookies.set(COOKIE, on_a.cookies[COOKIE])
+        page = (await on_a.get("/policy")).text
+        private_redis.kill()
+        assert (await on_a.post("/logout", data={"csrf": csrf_of(page)})).status_code == 303
+        record = [r for r in door_a.records("admin.action") if r["action"] == "logout"][-1]
+        assert record["detail"] == "session revoked on this replica only: Redis unavailable"
+        on_a.cookies.set(COOKIE, on_b.cookies[COOKIE])
+        assert (await on_a.get("/policy")).status_code == 303  # this replica's own revocation holds
+        # The documented limit: another replica cannot be told, and an admin is not locked out by the outage.
+        assert (await on_b.get("/policy")).status_code == 200
