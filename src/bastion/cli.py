@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from bastion import __version__
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     from bastion.policy.cli import register as register_policy
 
     policy = sub.add_parser("policy", help="check, explain and test access policies")
-    register_policy(policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND"))
+    register_policy(policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND"),
+                    gateway_config=_gateway_config)
     register_keys(sub)
     register_approvals(sub)
     register_pins(sub, store_factory=_pin_store, on_decision=_audit_pin_decision)
@@ -117,6 +119,14 @@ async def _audit_pin_decision(args: argparse.Namespace, event: Any) -> None:
         await audit.close()
         if client is not None:
             await client.aclose()
+
+
+def _gateway_config(path: str) -> tuple[Any, list[Path]]:
+    """A gateway config's ``auth`` section and policy paths, for ``bastion policy explain --config``."""
+    from bastion import settings as settings_mod
+
+    cfg = settings_mod.load(path)
+    return cfg.section("auth"), list(cfg.policies)
 
 
 def _pin_store(args: argparse.Namespace) -> Any:

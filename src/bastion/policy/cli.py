@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from bastion.auth.config import AuthConfig
 from bastion.auth.known import PrincipalDirectory, ResolvedPrincipal
 from bastion.errors import ConfigError
 from bastion.policy.cases import check_case, load_cases, tool_entry
@@ -31,9 +33,14 @@ EXIT_ERROR = 2
 DEFAULT_POLICIES = Path("policies")
 
 
-def register(subparsers: Any) -> None:
+# Reads a gateway config file: its ``auth`` section (None without one) and its policy paths. Given by the
+# ``bastion`` command, which owns loading configs; this module only decides policies.
+GatewayConfig = Callable[[str], tuple[AuthConfig | None, list[Path]]]
+
+
+def register(subparsers: Any, gateway_config: GatewayConfig | None = None) -> None:
     """Add ``check``, ``explain`` and ``test`` to ``subparsers`` (an argparse sub-parsers action); each sets
-    ``func(args) -> int``."""
+    ``func(args) -> int``. ``gateway_config`` lets ``explain --config`` read a gateway's config."""
     check = subparsers.add_parser("check", help="validate policy files; lists every problem of every file")
     check.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                        help=f"policy files or directories (default: {DEFAULT_POLICIES})")
@@ -62,7 +69,7 @@ def register(subparsers: Any) -> None:
     explain.add_argument("--list", action="store_true",
                          help="decide visibility in tools/list instead of a call (ignores --args)")
     explain.add_argument("--json", action="store_true", help="print the decision as JSON")
-    explain.set_defaults(func=run_explain)
+    explain.set_defaults(func=run_explain, gateway_config=gateway_config)
 
     test = subparsers.add_parser("test", help="run a YAML table of cases against policies")
     test.add_argument("file", type=Path, metavar="FILE")
@@ -146,15 +153,16 @@ def _principal_and_policies(args: argparse.Namespace) -> tuple[ResolvedPrincipal
         return ResolvedPrincipal(principal, "entered", "as given (--group, --claim); --config resolves it as the "
                                                        "gateway authenticates it"), \
             list(args.policies or [DEFAULT_POLICIES])
-    from bastion import settings as settings_mod
-
-    cfg = settings_mod.load(args.config)
-    directory = PrincipalDirectory.from_auth(cfg.section("auth"))
+    load: GatewayConfig | None = getattr(args, "gateway_config", None)
+    if load is None:
+        raise ConfigError("--config is not available here")
+    auth, configured = load(args.config)
+    directory = PrincipalDirectory.from_auth(auth)
     try:
         resolved = directory.resolve(args.principal, groups=args.group, claims=claims)
     except ValueError as exc:
         raise ConfigError(f"--claim: {exc}") from None
-    paths = list(args.policies or cfg.policies)
+    paths = list(args.policies or configured)
     if not paths:
         raise ConfigError(f"{args.config}: no 'policies' configured: every authenticated principal may call every "
                           "tool (or name policy files with --policies)")
