@@ -21,6 +21,7 @@ import pytest
 
 from tests.e2e.conftest import stdio_upstream
 from tests.support.gateway import GatewayProcess
+from tests.support.raw_http import read_request
 from tests.support.rpc import RpcClient
 
 TOOLS = [{"name": "echo", "inputSchema": {"type": "object"}}, {"name": "pad", "inputSchema": {"type": "object"}}]
@@ -75,11 +76,7 @@ class RawMcp:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                line, *fields = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields if f)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                method = line.split(" ", 1)[0]
+                method, _, headers, body = await read_request(reader)
                 self.seen.append((method, headers.get("cookie")))
                 extra = b"Set-Cookie: upstream_session=SECRET; Path=/\r\n" if self.cookie else b""
                 if method == "GET":

@@ -1,5 +1,6 @@
 """A raw HTTP/1.1 client over asyncio streams, for tests that must send what no HTTP library would (malformed,
-duplicated, slow or truncated requests) and see exactly what came back."""
+duplicated, slow or truncated requests) and see exactly what came back; and the request reader the tests' hostile
+upstream servers share (``read_request``)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,15 @@ async def exchange(port: int, *parts: bytes, pause: float = 0.0, timeout: float 
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes]:
+    """One request as a test's raw upstream server reads it: method, target, headers (lower-case names, the last
+    copy of each) and the body its ``Content-Length`` declares. Raises ``asyncio.IncompleteReadError`` at the end
+    of the connection."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    line, *fields = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields if f)}
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    method, target, _ = line.split(" ", 2)
+    return method, target, headers, body

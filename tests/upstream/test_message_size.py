@@ -26,6 +26,7 @@ from bastion.upstream.base import Upstream
 from bastion.upstream.bodies import ContentDecoder, read_limited
 from bastion.upstream.config import UpstreamConfig, build_upstream
 from bastion.upstream.stdio import StdioUpstream
+from tests.support.raw_http import read_request
 from tests.upstream.helpers import ROOT, Inbox, server_command
 
 LIMIT = 1024 * 1024
@@ -78,11 +79,7 @@ class TinyMcp:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                line, *fields = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields if f)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                method, path, _ = line.split(" ", 2)
+                method, path, _, body = await read_request(reader)
                 if not await self.answer(method, path, body, reader, writer):
                     return
                 await writer.drain()

@@ -26,6 +26,7 @@ from bastion.upstream.bodies import MAX_HEAD_BYTES, MAX_HEAD_LINES, MAX_INTERIM
 from bastion.upstream.config import UpstreamConfig, build_upstream
 from bastion.upstream.connections import H1Pool, Target
 from bastion.upstream.httpio import upstream_client
+from tests.support.raw_http import read_request
 from tests.upstream.helpers import Inbox
 
 PAD = b"X-Pad: " + b"a" * 100 + b"\r\n"
@@ -84,11 +85,7 @@ class Hostile:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                line, *fields = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields if f)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                method = line.split(" ", 1)[0]
+                method, _, _, body = await read_request(reader)
                 if method == "GET":
                     writer.write(self.get)
                     if not self.get.startswith(b"HTTP/1.1 405"):

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bastion.upstream.httpio import upstream_client
+from tests.support.raw_http import read_request
 
 
 class Recorder:
@@ -25,9 +26,7 @@ class Recorder:
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                fields = head.decode("latin-1").split("\r\n")[1:]
-                headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields if f)}
+                _, _, headers, _ = await read_request(reader)
                 self.cookies.append(headers.get("cookie"))
                 writer.write(self.answer)
                 await writer.drain()
