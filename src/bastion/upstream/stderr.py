@@ -16,8 +16,9 @@ rendering them, its log grows as fast as the child writes, and every other upstr
   seconds (and when the stream ends) one ``upstream.stderr_suppressed`` warning says how many (``count``). While
   the bucket is empty, the lines of a chunk are counted, never looked at one by one.
 - **Escaped text.** Control and other non-printable characters (ESC, BEL, C1 controls, bidirectional
-  overrides, ...) are written as ``\\xNN`` / ``\\uNNNN`` before the line reaches the log, whatever the renderer,
-  so no terminal escape reaches an operator's terminal raw.
+  overrides, ...) are written as ``\\xNN`` / ``\\uNNNN`` (``bastion.terminal.printable``) before the line
+  reaches the log, whatever the renderer, so no terminal escape reaches an operator's terminal raw. The console
+  log's own escaping (``bastion.logs``) then finds nothing left to escape.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Literal
 import structlog
 
 from bastion.bucket import TokenBucket
+from bastion.terminal import printable
 
 __all__ = ["CHUNK_BYTES", "DEFAULT_STDERR", "StderrHook", "StderrLimits", "StderrLog", "printable", "pump_stderr"]
 
@@ -55,23 +57,6 @@ class StderrLimits:
 
 
 DEFAULT_STDERR = StderrLimits()
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character (``str.isprintable``: controls, format characters such as
-    bidirectional overrides, separators other than the space) written as its ``\\xNN``/``\\uNNNN`` escape."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
-
-
-def _escape(c: str) -> str:
-    code = ord(c)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
 
 
 class StderrLog:
