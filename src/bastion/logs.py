@@ -14,16 +14,19 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import traceback
 from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, TextIO
 
 import structlog
-from structlog.typing import Processor
+from structlog.typing import ExcInfo, Processor
 
 from bastion.errors import ConfigError
 from bastion.pipes import NoWait, write_all
+from bastion.terminal import printable, printable_lines
 
-__all__ = ["LogFormat", "PipeHandler", "configure_logging"]
+__all__ = ["LogFormat", "PipeHandler", "configure_cli_logging", "configure_logging", "escape_for_terminal"]
 
 LogFormat = Literal["console", "json"]
 _LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -48,6 +51,8 @@ def configure_logging(format: LogFormat, level: str = "info", *, stream: TextIO 
         shared.append(structlog.processors.format_exc_info)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=(stream or sys.stderr).isatty())
+        # A traceback as text (the plain one ConsoleRenderer would print), its messages escaped.
+        shared += [_FORMAT_EXC_INFO, escape_for_terminal]
 
     structlog.configure(
         processors=[structlog.stdlib.filter_by_level, *shared,
@@ -193,3 +198,103 @@ def _drop_color_message(_: Any, __: str, event_dict: structlog.typing.EventDict)
     """uvicorn attaches an ANSI-coloured duplicate of its message as an ``extra``; it is noise in both formats."""
     event_dict.pop("color_message", None)
     return event_dict
+
+
+def configure_cli_logging() -> None:
+    """The log of an admin command (``bastion pins approve`` logs ``pin.approved``): console lines on stderr,
+    escaped, without colours; stdout stays the command's output."""
+    structlog.configure(
+        processors=[structlog.stdlib.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    _FORMAT_EXC_INFO, escape_for_terminal,
+                    structlog.dev.ConsoleRenderer(colors=False)],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _traceback(exc_info: ExcInfo) -> str:
+    """The plain traceback ``ConsoleRenderer`` prints, with each exception's message (and notes) escaped to one
+    line: a message holding a newline would otherwise print a line of its own under the traceback."""
+    top = traceback.TracebackException(*exc_info)
+    todo, seen = [top], set()
+    while todo:
+        exc = todo.pop()
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        setattr(exc, "format_exception_only", _escaped_only(exc.format_exception_only))  # noqa: B010
+        todo += [e for e in (exc.__cause__, exc.__context__) if e is not None]
+        todo += exc.exceptions or []
+    return "".join(top.format()).rstrip("\n")
+
+
+def _escaped_only(only: Callable[..., Iterator[str]]) -> Callable[..., Iterator[str]]:
+    def escaped(*args: Any, **kwargs: Any) -> Iterator[str]:
+        for chunk in only(*args, **kwargs):
+            yield printable(chunk.removesuffix("\n")) + "\n"
+
+    return escaped
+
+
+_FORMAT_EXC_INFO = structlog.processors.ExceptionRenderer(_traceback)
+_PLAIN = (int, float, bool, type(None))
+_MULTILINE = ("exception", "stack")  # rendered on the lines after the entry: their newlines are structure
+_META = ("_record", "_from_structlog")  # ProcessorFormatter's own, removed before rendering
+
+
+class _Shown:
+    """A value ``escape_for_terminal`` has escaped: the console renderer prints its ``repr``, which is the text."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+
+def escape_for_terminal(_: Any, __: str, event_dict: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """The console format's escaping (``bastion.terminal``): no key or value reaches the terminal with a control,
+    format or line-breaking character in it; tool names, upstream errors and stdlib messages are often not ours.
+
+    The console renderer prints a string without quotes unless it holds a space, ``=``, a quote or a line break,
+    then as its ``repr``, and every other value as its ``repr``, so: a string with something to escape becomes its
+    ``repr`` (quoted, each character escaped once, a ``key=value`` inside it cannot pass as a field of its own), as
+    does such a key; the event name (a column of its own) is written escaped; other values keep their ``repr``
+    when it is printable. The ``exception`` and ``stack`` texts keep their newlines (``_traceback`` has escaped
+    each message). Already escaped text (``upstream.stderr`` lines) is left as it is. The JSON format needs none
+    of this: its renderer (``json.dumps``, ASCII) escapes every character but printable ASCII.
+    """
+    for key, value in event_dict.items():
+        if type(key) is not str or not key.isprintable():
+            break
+        if key in _META:
+            continue
+        if type(value) is str:
+            if not value.isprintable() and (key not in _MULTILINE or printable_lines(value) != value):
+                break
+        elif not isinstance(value, _PLAIN):
+            break
+    else:
+        return event_dict  # the common case: all keys and strings printable, values plain
+    out: structlog.typing.EventDict = {}
+    for key, value in event_dict.items():
+        name = key if isinstance(key, str) and key.isprintable() else printable(repr(key))
+        if isinstance(value, str):
+            if key in _MULTILINE:
+                out[name] = printable_lines(value)
+            elif value.isprintable():
+                out[name] = value
+            elif key == "event":  # its own column, printed as it is
+                out[name] = printable(value)
+            else:
+                out[name] = _Shown(repr(value))
+        elif isinstance(value, _PLAIN) or key in _META:
+            out[name] = value
+        else:
+            text = repr(value)
+            out[name] = value if text.isprintable() else _Shown(printable(text))
+    return out
