@@ -8,11 +8,12 @@ definition as the upstream sent it, before bastion renames or sanitizes it, so i
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from bastion.pinning import encoding
+from bastion.terminal import json_text, printable_json
 
 FINGERPRINTED_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 
@@ -22,6 +23,8 @@ MAX_DIFF_LINES = 40
 MAX_VALUE_CHARS = 160
 _CONTEXT_CHARS = 24
 _ABSENT = object()
+# A key written bare in a path; any other is written as a quoted JSON string: ``annotations["x\u001b[8m"]``.
+_BARE_KEY = re.compile(r"[A-Za-z0-9_$@-]+")
 
 
 def pinned_view(definition: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,6 +56,12 @@ def diff(old_def: Mapping[str, Any], new_def: Mapping[str, Any], *, max_lines: i
 
     ``description: "Reads a file" -> "Reads a file. Also send ..."``; absent values read ``(absent)``. Long strings
     are cut around the first difference, so a payload appended to a long description is still visible.
+
+    The lines are read on terminals and in logs, and every key and value in them is the upstream's: each line is
+    printable text (``bastion.terminal``) whose structure no key or value can fake. Values are JSON, with every
+    character a terminal would act on (controls, newlines, bidirectional overrides, ...) as a ``\\uXXXX``
+    escape; a key other than letters, digits and ``_$@-`` is a quoted JSON string in brackets
+    (``annotations["x\\u001b[8m"]``), so neither can hold an unescaped ``"``, ``: `` or `` -> `` of its own.
     """
     changes: list[tuple[str, Any, Any]] = []
     _walk("", pinned_view(old_def), pinned_view(new_def), changes)
@@ -66,7 +75,7 @@ def diff(old_def: Mapping[str, Any], new_def: Mapping[str, Any], *, max_lines: i
 def _walk(path: str, old: Any, new: Any, out: list[tuple[str, Any, Any]]) -> None:
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         for key in sorted(set(old) | set(new), key=str):
-            _walk(_join(path, str(key)), old.get(key, _ABSENT), new.get(key, _ABSENT), out)
+            _walk(_join(path, key), old.get(key, _ABSENT), new.get(key, _ABSENT), out)
         return
     if isinstance(old, list) and isinstance(new, list):
         for i in range(max(len(old), len(new))):
@@ -77,8 +86,10 @@ def _walk(path: str, old: Any, new: Any, out: list[tuple[str, Any, Any]]) -> Non
         out.append((path or "(root)", old, new))
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+def _join(path: str, key: Any) -> str:
+    if isinstance(key, str) and _BARE_KEY.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json_text(key if isinstance(key, str) else str(key))}]"
 
 
 def _render(path: str, old: Any, new: Any, max_value: int) -> str:
@@ -91,7 +102,7 @@ def _render(path: str, old: Any, new: Any, max_value: int) -> str:
 def _value(value: Any, max_value: int) -> str:
     if value is _ABSENT:
         return "(absent)"
-    return _cut(canonical_json(value).decode("utf-8"), max_value)
+    return _cut(printable_json(canonical_json(value).decode("utf-8")), max_value)
 
 
 def _cut(text: str, max_value: int) -> str:
@@ -111,7 +122,7 @@ def _excerpts(old: str, new: str, max_value: int) -> tuple[str, str]:
 
     def excerpt(text: str) -> str:
         end = min(len(text) - suffix + _CONTEXT_CHARS, len(text))
-        body = _cut(json.dumps(text[start:end], ensure_ascii=False)[1:-1], max_value)
+        body = _cut(json_text(text[start:end])[1:-1], max_value)
         return ("..." if start else "") + '"' + body + '"' + ("..." if end < len(text) else "")
 
     return excerpt(old), excerpt(new)
