@@ -7,6 +7,9 @@ hides tools. Warnings name configurations that start but are probably not what w
 
 Exit codes are the ones every ``bastion`` subcommand uses (docs/operations.md, "Exit codes"): 0 fine (warnings
 allowed), 1 problems found, 2 usage (no config named), 3 a dependency could not be reached.
+
+Each problem and warning is one line, escaped (``bastion.terminal.printable``): they quote rule ids, names and
+paths from the files read, and error texts from Redis.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TextIO
 
 from bastion import settings as settings_mod
 from bastion.errors import ConfigError
+from bastion.terminal import printable
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 ONLINE_TIMEOUT_S = 5.0
@@ -44,25 +48,26 @@ def run(config: str | None, *, online: bool, out: TextIO, err: TextIO) -> int:
     try:
         cfg = settings_mod.load(chosen)
     except ConfigError as exc:
-        print(f"error: {exc}", file=err)
+        print(f"error: {printable(str(exc))}", file=err)
         return EXIT_PROBLEMS
     problems = _policy_problems(cfg)
     for problem in problems:
-        print(f"error: {problem}", file=err)
+        print(f"error: {printable(str(problem))}", file=err)
     for warning in warnings(cfg):
-        print(f"warning: {warning}", file=out)
+        print(f"warning: {printable(warning)}", file=out)
     if problems:
-        print(f"{cfg.source}: {len(problems)} problem(s)", file=err)
+        print(f"{printable(str(cfg.source))}: {len(problems)} problem(s)", file=err)
         return EXIT_PROBLEMS
     if online:
         unreachable = asyncio.run(_unreachable(cfg))
         for what in unreachable:
-            print(f"error: {what}", file=err)
+            print(f"error: {printable(what)}", file=err)
         if unreachable:
             return EXIT_UNAVAILABLE
     names = ", ".join(f"{u.name} ({'no prefix' if not u.prefix else u.prefix})" for u in cfg.upstreams)
     policies = f", policies in {len(cfg.policies)} path(s)" if cfg.policies else ""
-    print(f"{cfg.source}: OK — {len(cfg.upstreams)} upstream(s): {names}{policies}", file=out)
+    print(f"{printable(str(cfg.source))}: OK — {len(cfg.upstreams)} upstream(s): {printable(names)}{policies}",
+          file=out)
     return EXIT_OK
 
 

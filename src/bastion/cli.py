@@ -1,4 +1,10 @@
-"""The ``bastion`` command: serve the gateway, check a config, and the admin tools (policy, keys, pins)."""
+"""The ``bastion`` command: serve the gateway, check a config, and the admin tools (policy, keys, pins).
+
+Output boundary: every subcommand but ``serve`` runs with ``sys.stdout`` and ``sys.stderr`` escaped for a terminal
+(``bastion.terminal.stdio``), and logs escaped console lines to stderr; what they print is full of names and
+texts bastion did not write (tool names, annotation keys, rule ids, error texts). ``serve`` writes log lines,
+escaped by their renderer (``bastion.logs``), and JSON audit records.
+"""
 
 from __future__ import annotations
 
@@ -148,14 +154,24 @@ def _pin_store(args: argparse.Namespace) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args)
-    except ConfigError as exc:
-        print(f"bastion: configuration error: {exc}", file=sys.stderr)
-        return 2
-    return code
+    from bastion.terminal import printable, raw_stdio, stdio
+
+    with stdio():  # argparse's own messages quote arguments back
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        try:
+            if args.func is _serve:
+                with raw_stdio():
+                    code: int = args.func(args)
+            else:
+                from bastion.logs import configure_cli_logging
+
+                configure_cli_logging()
+                code = args.func(args)
+        except ConfigError as exc:
+            print(f"bastion: configuration error: {printable(str(exc))}", file=sys.stderr)
+            return 2
+        return code
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import yaml
 from bastion.auth.apikeys import generate_key, hash_key
 from bastion.auth.config import parse_key_entry
 from bastion.errors import ConfigError
+from bastion.terminal import printable, stdio
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -34,7 +35,7 @@ def _generate(args: argparse.Namespace) -> int:
     try:
         parse_key_entry(entry.to_mapping(), "--id")  # the same rules as the config loader
     except ConfigError as exc:
-        print(f"bastion keys generate: {exc.message}", file=sys.stderr)
+        print(f"bastion keys generate: {printable(exc.message)}", file=sys.stderr)
         return 2
     print("# The API key. It is shown only this once: hand it to the client; bastion keeps only its hash.")
     print(key)
@@ -53,11 +54,12 @@ def _hash(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bastion")
-    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
+    with stdio():
+        parser = argparse.ArgumentParser(prog="bastion")
+        register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+        args = parser.parse_args(argv)
+        code: int = args.func(args)
+        return code
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ The commands run on an injected store: ``register`` takes a ``store_factory`` (b
 
 Exit codes: 0 done; 1 no such pin, nothing pending, or the pending change is not the reviewed one; 2 usage;
 3 the store is unavailable or unreadable.
+
+Every name, key and value printed here is the upstream's (or a store's) text: each is escaped field by field
+(``bastion.terminal.printable``), so a tool name with a newline cannot add a row and one with an escape sequence
+cannot hide the rows after it; ``main`` (and the ``bastion`` command's) runs the commands with stdout and stderr
+escaped as a whole as well.
 """
 
 from __future__ import annotations
@@ -13,13 +18,11 @@ import argparse
 import asyncio
 import contextlib
 import getpass
-import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TextIO
 
-import structlog
-
+from bastion.logs import configure_cli_logging
 from bastion.pinning.config import PinningConfig
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
 from bastion.pinning.fingerprint import short
@@ -27,6 +30,7 @@ from bastion.pinning.model import PinEvent
 from bastion.pinning.service import Pinning
 from bastion.pinning.store import DEFAULT_KEY_PREFIX, FilePinStore, PinStore, RedisPinStore
 from bastion.redisconn import ADMIN, open_client
+from bastion.terminal import json_text, printable, stdio
 
 StoreFactory = Callable[[argparse.Namespace], PinStore]
 Command = Callable[[Pinning, argparse.Namespace, TextIO], Awaitable[int]]
@@ -98,7 +102,7 @@ def _runner(command: Command, store_factory: StoreFactory) -> Callable[[argparse
         try:
             store = store_factory(args)
         except UsageError as exc:
-            print(f"bastion pins: error: {exc}", file=sys.stderr)
+            print(f"bastion pins: error: {printable(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
         return asyncio.run(_run(command, store, args))
 
@@ -109,10 +113,10 @@ async def _run(command: Command, store: PinStore, args: argparse.Namespace) -> i
     try:
         return await command(Pinning(store, PinningConfig()), args, sys.stdout)
     except PinStoreUnavailable as exc:
-        print(f"bastion pins: error: pin store unavailable: {exc}", file=sys.stderr)
+        print(f"bastion pins: error: pin store unavailable: {printable(str(exc))}", file=sys.stderr)
         return EXIT_STORE
     except PinningError as exc:
-        print(f"bastion pins: error: {exc}", file=sys.stderr)
+        print(f"bastion pins: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         with contextlib.suppress(PinStoreUnavailable):
@@ -123,19 +127,20 @@ async def _list(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> int:
     items = await pinning.list(args.upstream, status=args.status)
     if args.json:
         for item in items:
-            out.write(json.dumps({"upstream": item.upstream, "tool": item.pin.tool, **item.pin.to_json()},
-                                 sort_keys=True, ensure_ascii=False) + "\n")
+            out.write(json_text({"upstream": item.upstream, "tool": item.pin.tool, **item.pin.to_json()},
+                                sort_keys=True) + "\n")
         return EXIT_OK
     if not items:
         out.write("no pins\n")
         return EXIT_OK
-    rows = [("UPSTREAM", "TOOL", "STATUS", "FINGERPRINT", "APPROVED BY", "APPROVED AT", "PENDING")]
+    rows: list[tuple[str, ...]] = [
+        ("UPSTREAM", "TOOL", "STATUS", "FINGERPRINT", "APPROVED BY", "APPROVED AT", "PENDING")]
     for item in items:
         pin, cand = item.pin, item.pin.candidate
         pending = "-" if cand is None else short(cand.fingerprint) + (
             f" (rejected by {cand.rejected_by})" if cand.rejected_by else "")
-        rows.append((item.upstream, pin.tool, pin.status, short(pin.fingerprint), pin.approved_by,
-                     pin.approved_at, pending))
+        rows.append(tuple(printable(cell) for cell in (item.upstream, pin.tool, pin.status, short(pin.fingerprint),
+                                                         pin.approved_by, pin.approved_at, pending)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1] + "\n")
@@ -147,21 +152,23 @@ async def _diff(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> int:
     pin = await pinning.get(args.upstream, args.tool)
     assert pin.candidate is not None
     cand = pin.candidate
-    out.write(f"{args.upstream}/{args.tool}: {pin.status} since {cand.first_seen}"
-              + (f", rejected by {cand.rejected_by} at {cand.rejected_at}" if cand.rejected_by else "") + "\n")
-    out.write(f"  approved {pin.fingerprint} (by {pin.approved_by}, {pin.approved_at})\n")
-    out.write(f"  pending  {cand.fingerprint}\n\n")
-    for line in lines:
-        out.write(f"  {line}\n")
-    out.write(f"\napprove with: bastion pins approve {args.upstream} {args.tool} "
-              f"--fingerprint {short(cand.fingerprint)}\n")
+    p = printable
+    out.write(f"{p(args.upstream)}/{p(args.tool)}: {p(pin.status)} since {p(cand.first_seen)}"
+              + (f", rejected by {p(cand.rejected_by)} at {p(cand.rejected_at or '')}" if cand.rejected_by else "")
+              + "\n")
+    out.write(f"  approved {p(pin.fingerprint)} (by {p(pin.approved_by)}, {p(pin.approved_at)})\n")
+    out.write(f"  pending  {p(cand.fingerprint)}\n\n")
+    for line in lines:  # already printable (fingerprint.diff), keys and values alike
+        out.write(f"  {p(line)}\n")
+    out.write(f"\napprove with: bastion pins approve {p(args.upstream)} {p(args.tool)} "
+              f"--fingerprint {p(short(cand.fingerprint))}\n")
     return EXIT_OK
 
 
 async def _approve(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> int:
     event = await pinning.approve(args.upstream, args.tool, _who(args), fingerprint=args.fingerprint)
-    out.write(f"approved {event.upstream}/{event.tool}: {short(event.new_fingerprint)} "
-              f"(was {short(event.old_fingerprint or '')}) by {event.by}\n")
+    out.write(f"approved {printable(event.upstream)}/{printable(event.tool)}: {short(event.new_fingerprint)} "
+              f"(was {short(event.old_fingerprint or '')}) by {printable(str(event.by))}\n")
     if args.on_decision is not None:
         await args.on_decision(args, event)
     return EXIT_OK
@@ -169,7 +176,8 @@ async def _approve(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> i
 
 async def _reject(pinning: Pinning, args: argparse.Namespace, out: TextIO) -> int:
     event = await pinning.reject(args.upstream, args.tool, _who(args), fingerprint=args.fingerprint)
-    out.write(f"rejected {event.upstream}/{event.tool}: {short(event.new_fingerprint)} by {event.by}; "
+    out.write(f"rejected {printable(event.upstream)}/{printable(event.tool)}: {short(event.new_fingerprint)} "
+              f"by {printable(str(event.by))}; "
               f"the tool stays quarantined until its definition changes again or is approved\n")
     if args.on_decision is not None:
         await args.on_decision(args, event)
@@ -186,12 +194,13 @@ def _who(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # stdout is the command's output (tables, JSON lines); the pin events this process logs go to stderr.
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    parser = argparse.ArgumentParser(prog="bastion")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    with stdio():
+        # stdout is the command's output (tables, JSON lines); the pin events this process logs go to stderr.
+        configure_cli_logging()
+        parser = argparse.ArgumentParser(prog="bastion")
+        register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
 The gateway's CLI mounts these under ``bastion policy`` via ``register``; ``python -m bastion.policy.cli`` runs
 them standalone. Exit codes: 0 ok/allowed, 1 invalid/denied/failing cases, 2 usage or load error.
+
+What the commands print quotes policy files (rule ids, messages, labels), the command line (tool names,
+principals, arguments) and case files: each value is escaped (``bastion.terminal.printable``) and so stays on
+its line, and ``main`` (as the ``bastion`` command) escapes stdout and stderr as a whole.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from bastion.policy.flow import FlowHistory, Touch
 from bastion.policy.load import load_policies, policy_problems
 from bastion.policy.model import Decision
 from bastion.principal import Principal
+from bastion.terminal import json_text, printable, stdio
 from bastion.tool_entry import ToolEntry
 from bastion.uris import try_canonical
 
@@ -80,15 +85,15 @@ def run_check(args: argparse.Namespace) -> int:
     paths = args.paths or [DEFAULT_POLICIES]
     problems = policy_problems(paths)
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {printable(str(problem))}", file=sys.stderr)
     if problems:
         return EXIT_FAILED
     try:
         policy = load_policies(paths)
     except ConfigError as exc:  # policy_problems found nothing, so this is not expected; still never a traceback
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"ok: {len(policy.files)} file(s), {len(policy.rules)} rule(s), version {policy.version}")
+    print(f"ok: {len(policy.files)} file(s), {len(policy.rules)} rule(s), version {printable(str(policy.version))}")
     return EXIT_OK
 
 
@@ -100,7 +105,7 @@ def run_explain(args: argparse.Namespace) -> int:
         decision = _explain(policy, principal, args)
         labels = sorted(policy.labels_of(_explained_tool(args))) if args.tool else []
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     # A resource is decided, and forwarded upstream, in its canonical form (``bastion.uris``): show which.
     canonical = try_canonical(args.resource) if args.resource else None
@@ -110,16 +115,17 @@ def run_explain(args: argparse.Namespace) -> int:
             out["resource"] = canonical
         out["principal"] = {"id": principal.id, "groups": sorted(principal.groups), "source": resolved.source,
                             "detail": resolved.detail, "ignored": list(resolved.ignored)}
-        print(json.dumps(out, indent=2))
+        print(json_text(out, indent=2))
     else:
-        print(f"principal:     {principal.id} (groups: {', '.join(sorted(principal.groups)) or 'none'}; "
-              f"attributes: {', '.join(sorted(principal.attributes)) or 'none'})")
-        print(f"from:          {resolved.detail}")
+        groups = ", ".join(printable(g) for g in sorted(principal.groups)) or "none"
+        attributes = ", ".join(printable(str(a)) for a in sorted(principal.attributes)) or "none"
+        print(f"principal:     {printable(principal.id)} (groups: {groups}; attributes: {attributes})")
+        print(f"from:          {printable(resolved.detail)}")
         if resolved.ignored:
-            print(f"not applied:   {', '.join(resolved.ignored)} as given: the gateway takes them from the source "
-                  "above")
+            print(f"not applied:   {printable(', '.join(resolved.ignored))} as given: the gateway takes them from "
+                  "the source above")
         if args.resource:
-            print(f"resource: {canonical if canonical is not None else '(refused: no canonical form)'}")
+            print(f"resource: {printable(canonical) if canonical is not None else '(refused: no canonical form)'}")
         _print_decision(decision, policy, labels)
     return EXIT_OK if decision.allowed else EXIT_FAILED
 
@@ -129,18 +135,18 @@ def run_test(args: argparse.Namespace) -> int:
         case_file = load_cases(args.file)
         policy = load_policies(case_file.policies)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     failed = 0
     for case in case_file.cases:
         problems = check_case(policy, case)
         if problems:
             failed += 1
-            print(f"FAIL {case.name}")
+            print(f"FAIL {printable(str(case.name))}")
             for problem in problems:
-                print(f"     {problem}")
+                print(f"     {printable(str(problem))}")
     passed = len(case_file.cases) - failed
-    print(f"{passed} passed, {failed} failed (policy version {policy.version})")
+    print(f"{passed} passed, {failed} failed (policy version {printable(str(policy.version))})")
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -219,35 +225,41 @@ def _json_arg(raw: str | None, flag: str, default: Any) -> Any:
 
 def _print_decision(decision: Decision, policy: PolicySet, labels: list[str] | None = None) -> None:
     data = decision_json(decision, policy, labels)
-    print(f"decision:      {data['decision']}")
-    print(f"rule:          {data['rule'] or '(none: default deny)'}")
-    print(f"reason:        {data['reason']}")
+    _field("decision", data["decision"])
+    _field("rule", data["rule"] or "(none: default deny)")
+    _field("reason", data["reason"])
     if not decision.allowed:
-        answer = "rule and description (reveal: true)" if decision.reveal else "Unknown tool (reveal: false)"
-        print(f"caller sees:   {answer}")
+        _field("caller sees", "rule and description (reveal: true)" if decision.reveal
+              else "Unknown tool (reveal: false)")
         if decision.description:
-            print(f"description:   {decision.description}")
+            _field("description", decision.description)
     if decision.approval is not None:
         spec = decision.approval
-        print(f"approval:      by {' or '.join(spec.via)}, waits {spec.timeout_s:g} s, remember {spec.remember}")
+        _field("approval", f"by {' or '.join(spec.via)}, waits {spec.timeout_s:g} s, remember {spec.remember}")
         if spec.message:
-            print(f"message:       {spec.message}")
-    print(f"shadow denies: {', '.join(data['shadow_denies']) or 'none'}")
+            _field("message", spec.message)
+    _field("shadow denies", ", ".join(data["shadow_denies"]) or "none")
     for spec in data["limits"]:
-        print(f"limit:         {spec['name']} {spec['rate']} burst {spec['burst']} per {spec['per']}")
+        _field("limit", f"{spec['name']} {spec['rate']} burst {spec['burst']} per {spec['per']}")
     for spec in data["concurrency"]:
-        print(f"concurrency:   {spec['name']} max {spec['max']} per {spec['per']}")
-    print(f"cost:          {data['cost']}")
-    print(f"labels:        {', '.join(data['labels']) or 'none'}")
-    print(f"policy:        version {data['policy_version']} ({len(policy.files)} file(s))")
+        _field("concurrency", f"{spec['name']} max {spec['max']} per {spec['per']}")
+    _field("cost", data["cost"])
+    _field("labels", ", ".join(data["labels"]) or "none")
+    _field("policy", f"version {data['policy_version']} ({len(policy.files)} file(s))")
+
+
+def _field(label: str, value: Any) -> None:
+    """One ``label: value`` line, the value escaped (``bastion.terminal.printable``) so it stays on it."""
+    print(f"{label + ':':<15}{printable(str(value))}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bastion policy", description="Check, explain and test access policies.")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    result: int = args.func(args)
-    return result
+    with stdio():
+        register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        result: int = args.func(args)
+        return result
 
 
 if __name__ == "__main__":
