@@ -43,6 +43,15 @@ def outcome_of(exc: RequestError, stage: str) -> Outcome:
     return "upstream_error" if stage == "forward" else "error"
 
 
+def _reason(current: str | None, forwarded: bool, allowed_because: str | None, message: str) -> str:
+    """A stopped call's reason: what the guard that stopped it noted, else the error's message. The reason the
+    request guards left when the call went forward (why it was allowed) is not one: an upstream that crashed
+    mid-call must not be recorded as "allowed by rule ..."."""
+    if current is None or (forwarded and current is allowed_because):
+        return message
+    return current
+
+
 class Pipeline:
     """Runs the guards around one forward and writes exactly one audit record per call, whatever happens."""
 
@@ -60,6 +69,8 @@ class Pipeline:
         outcome: Outcome = "allowed"
         result: dict[str, Any] | None = None
         failure: RequestError | None = None
+        # The reason the request guards left (the policy's allow reason): a failure after them says its own.
+        forwarded, allowed_because = False, None
         tracing = self.tracing
         # Tested once per stage rather than entering a no-op context manager: off, tracing costs a branch.
         traced = tracing.enabled
@@ -73,6 +84,7 @@ class Pipeline:
                     else:
                         await guard.check(ctx, record, cleanup)
                 record.stage = "forward"
+                forwarded, allowed_because = True, record.reason
                 sent = time.perf_counter()
                 try:
                     if traced:
@@ -97,7 +109,7 @@ class Pipeline:
             # A tool error is an answer, not a failure: the client gets it as an isError result.
             outcome = outcome_of(exc, record.stage)
             record.decision = "deny" if outcome in _REFUSALS else "error"
-            record.reason = record.reason or exc.message
+            record.reason = _reason(record.reason, forwarded, allowed_because, exc.message)
             result = exc.to_result()
         except UpstreamTimeout as exc:
             # The timeout's own message replaces whatever a guard noted: it is what the caller waited for.
@@ -106,7 +118,7 @@ class Pipeline:
         except RequestError as exc:
             outcome = outcome_of(exc, record.stage)
             record.decision = "deny" if outcome in _REFUSALS else "error"
-            record.reason = record.reason or exc.message
+            record.reason = _reason(record.reason, forwarded, allowed_because, exc.message)
             failure = exc
         except asyncio.CancelledError:
             outcome, record.decision = "client_disconnected", "error"

@@ -93,6 +93,38 @@ async def test_file_sink_failure_is_mapped_and_heals(tmp_path: Path) -> None:
     assert [r["request_id"] for r in _lines(path)] == ["r2"]
 
 
+@pytest.mark.parametrize("how", ["moved", "removed"])
+async def test_file_sink_follows_a_file_moved_or_removed_under_it(tmp_path: Path, how: str) -> None:
+    # logrotate without copytruncate renames the file; an operator may delete it. Writing on through the open
+    # handle raises nothing, so the records would go to the renamed file or to no file at all.
+    path = tmp_path / "audit.jsonl"
+    sink = FileSink(path)
+    await sink.write(_rec(1))
+    if how == "moved":
+        path.rename(tmp_path / "audit.jsonl.1")
+    else:
+        path.unlink()
+    await sink.write(_rec(2))
+    await sink.write(_rec(3))
+    await sink.close()
+    assert [r["request_id"] for r in _lines(path)] == ["r2", "r3"]
+    if how == "moved":
+        assert [r["request_id"] for r in _lines(tmp_path / "audit.jsonl.1")] == ["r1"]
+
+
+async def test_file_sink_whose_file_went_and_cannot_come_back_fails(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    sink = FileSink(logs / "audit.jsonl")
+    await sink.write(_rec(1))
+    (logs / "audit.jsonl").unlink()
+    logs.rmdir()
+    logs.write_text("a file where the directory was")
+    with pytest.raises(AuditSinkError):
+        await sink.write(_rec(2))
+    await sink.close()
+
+
 async def test_file_sink_write_after_close_fails_cleanly(tmp_path: Path) -> None:
     sink = FileSink(tmp_path / "a.jsonl")
     await sink.close()

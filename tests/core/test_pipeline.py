@@ -293,6 +293,10 @@ ROWS = {
                                          responses,
                                          Expect("upstream_error", "error", "forward", reason="disk on fire",
                                                 raises=UpstreamRpcError, code=-32000)),
+    "the upstream is lost after the policy allowed": Row(
+        lambda: [policy()], raises(lambda: UpstreamUnavailable("notes")), responses,
+        Expect("upstream_error", "error", "forward", reason=UpstreamUnavailable("notes").message,
+               raises=UpstreamUnavailable, code=-31002, record_outcome="upstream_unavailable")),
     "the upstream is unavailable": Row(lambda: [], raises(lambda: UpstreamUnavailable("notes")), responses,
                                        Expect("upstream_error", "error", "forward", raises=UpstreamUnavailable,
                                               code=-31002, record_outcome="upstream_unavailable")),

@@ -297,6 +297,9 @@ def check_operator_view(gw: GatewayProcess, failure_mode: str) -> None:
     assert metric(gw, 'bastion_pin_store_failures_total{mode="static"}') > 0
     assert metric(gw, 'bastion_pin_store_failures_total{mode="closed"}') == 0
     assert metric(gw, 'bastion_audit_sink_failures_total{sink="redis:bastion:audit"}') > 0
+    # The audit log alone says which calls went through uncounted (open), and none did otherwise.
+    degraded = [r for r in gw.records("tool.call") if r.get("ratelimit_degraded")]
+    assert (len(degraded) > 0) == (failure_mode == "open"), len(degraded)
 
 
 def test_redis_down_at_start_then_up_restores_pinned_tools_within_seconds(tmp_path: Path) -> None:

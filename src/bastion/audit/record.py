@@ -351,12 +351,19 @@ def call_record(
     doc["shadow_denies"] = list(rec.shadow) if rec.shadow else []
     doc["sanitize"] = {str(k): int(v) for k, v in rec.sanitize.items()} if rec.sanitize else {}
     if rec.extra:
-        if "flow" in rec.extra:
+        extra = rec.extra
+        if "flow" in extra:
             # A denial by a flow rule: the earlier calls (tool, time, call_id) that set each label it reads.
-            doc["flow"] = rec.extra["flow"]
-        if "held_over" in rec.extra:
+            doc["flow"] = extra["flow"]
+        if "held_over" in extra:
             # The call ended while the upstream may still run it: these caps keep its slot until the upstream is done.
-            doc["held_over"] = [_short(str(name)) for name in rec.extra["held_over"]]
+            doc["held_over"] = [_short(str(name)) for name in extra["held_over"]]
+        if extra.get("ratelimit_degraded") is True:
+            # Let through uncounted: the limiter's Redis failed and failure_mode is open.
+            doc["ratelimit_degraded"] = True
+        if isinstance(wait := extra.get("refresh_wait_ms"), int | float):
+            # How long the call waited for its upstream's changed definitions to be checked (the refresh gate).
+            doc["refresh_wait_ms"] = float(wait)
     doc["error"] = None if error is None else _error_summary(error)
     doc["arguments_digest"], note = _digest(arguments)
     if log_arguments:
@@ -451,6 +458,13 @@ def pin_approve_record(*, at: float, upstream: str, tool: str, fingerprint: str,
     doc.update(upstream=_short(upstream), tool=_short(tool), fingerprint=_short(fingerprint),
                approved_by=_short_or_none(approved_by))
     return doc
+
+
+# What guards leave in ``CallRecord.extra``: the keys ``call_record`` writes into the record when present, and those
+# meant for other readers (the tracing span). A key in neither would be dropped from the record without a word:
+# tests/audit/test_record_extra.py finds every key the code writes and fails on one in neither.
+RECORD_EXTRA = frozenset({"flow", "held_over", "ratelimit_degraded", "refresh_wait_ms"})
+NOT_RECORDED_EXTRA = frozenset({"upstream_is_error"})  # the record has the result's isError itself
 
 
 def admin_action_record(*, at: float, admin: Principal | None, action: str, target: str | None, outcome: str,

@@ -111,8 +111,10 @@ class FileSink:
     request. Records reach that thread in batches (``BatchWriter``: one hand-off per batch, not per record), and
     ``write`` returns once the batch holding its record was flushed (and fsynced with ``fsync``), so a call is
     still answered only after its record is written. One worker, so records land in the order they were emitted
-    and rotation needs no lock. The file is (re)opened on demand, so a sink whose directory appears later (or
-    whose file was removed by an external rotator) recovers without a restart.
+    and rotation needs no lock. The file is (re)opened on demand, so a sink whose directory appears later recovers
+    without a restart; and before each batch the open file is checked to still be the one at the path, so a file
+    an external rotator moved or removed is followed (the next batch goes to a new file at the path) instead of
+    written on where nobody reads it. A reopen that fails is a sink failure like any other.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = 50 * 1024 * 1024, backups: int = 5,
@@ -142,6 +144,10 @@ class FileSink:
             await self.writer.close(self._close_sync)
 
     def _write_batch_sync(self, lines: list[bytes]) -> None:
+        if self._fh is not None and not self._at_path(self._fh):
+            # Removed or moved away (logrotate without copytruncate, an operator's rm): writing on would put the
+            # records in a file nobody reads, or in no file at all, without an error to say so.
+            self._close_sync()
         if self._fh is None:
             self._open()
         try:
@@ -174,6 +180,16 @@ class FileSink:
             # Once per batch: every call waiting on this batch gets its durability from the same fsync.
             os.fsync(fh.fileno())
         self._size += len(data)
+
+    def _at_path(self, fh: IO[bytes]) -> bool:
+        """Whether the open file is still the one at ``path`` (as ``logging.handlers.WatchedFileHandler`` checks):
+        one ``stat`` per batch, not per record."""
+        try:
+            here = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fh.fileno())
+        return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
 
     def _open(self) -> None:
         self._fh = self.path.open("ab")
