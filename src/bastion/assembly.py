@@ -21,6 +21,7 @@ Nothing here does I/O or starts a task: ``bastion.app`` starts and stops what th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,7 +44,7 @@ from bastion.auth.known import PrincipalDirectory
 from bastion.broadcast import UpstreamBroadcast
 from bastion.call import AuditHook
 from bastion.changes import ChangeFeed
-from bastion.errors import AuthenticationError
+from bastion.errors import AuditUnavailable, AuthenticationError
 from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore
 from bastion.gateway import Gateway
 from bastion.guard_list import guard_list
@@ -231,9 +232,18 @@ def build(settings: Settings) -> Components:
 
     async def on_session(event: str, data: SessionData, principal: Principal) -> None:
         if event == "session.start":
+            try:
+                await events.session_started(data.id, era="legacy", principal=principal,
+                                             client_info=data.client_info, protocol_version=data.protocol_version)
+            except AuditUnavailable:
+                # The initialize is refused and its session removed (server/lifecycle.py): the sinks that did
+                # take the start record get its end, so no reader of the trail counts it as open.
+                with contextlib.suppress(AuditUnavailable):  # the sink that failed fails again
+                    await events.session_ended(data.id, era="legacy", principal=principal,
+                                               client_info=data.client_info, protocol_version=data.protocol_version,
+                                               reason="refused", created_at=data.created_at)
+                raise
             metrics.session_opened()
-            await events.session_started(data.id, era="legacy", principal=principal, client_info=data.client_info,
-                                         protocol_version=data.protocol_version)
         else:
             metrics.session_closed()
             await events.session_ended(data.id, era="legacy", principal=principal, client_info=data.client_info,

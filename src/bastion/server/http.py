@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cached_property
+from typing import Any
 
 import structlog
 from starlette.requests import ClientDisconnect, Request
@@ -40,10 +41,11 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from bastion import jsonrpc
+from bastion import jsonrpc, strictjson
 from bastion.delivery import list_changes
 from bastion.errors import INVALID_PARAMS, REQUEST_TOO_LARGE, HttpError, MessageRejected, ProtocolError, Refused
 from bastion.gateway import Gateway
+from bastion.jsonrpc import RequestId
 from bastion.principal import Principal
 from bastion.protocol.meta import PROTOCOL_VERSION_KEY
 from bastion.protocol.methods import INITIALIZE
@@ -64,7 +66,7 @@ from bastion.server.protocol import deliver, whole_body
 from bastion.server.responder import Responder
 from bastion.view import View
 
-__all__ = ["Authenticate", "McpEndpoint", "OnRefused", "SessionEvent"]
+__all__ = ["Authenticate", "McpEndpoint", "OnRefused", "SessionEvent", "answered"]
 
 log = structlog.get_logger("bastion.http")
 
@@ -72,6 +74,20 @@ log = structlog.get_logger("bastion.http")
 Authenticate = Callable[[Mapping[str, str], str | None], Awaitable[Principal]]
 # (refusal, remote address, method, path, traceparent): counts and audits a refusal (RefusalReporter.report).
 OnRefused = Callable[[Refused, str | None, str | None, str | None, str | None], None]
+
+
+async def answered(rid: RequestId | None, work: Awaitable[Response]) -> Response:
+    """``work``'s response, or the JSON-RPC error it raised answered with ``rid``, the id of the request it serves.
+
+    Every error of one request belongs to that request: once its id has been read, no error may reach a handler
+    that no longer knows it (the front door's last ``except ProtocolError`` answers ``id: null``, which is right
+    only for what has no id: a body that could not be read, a GET or a DELETE). ``HttpError`` passes through:
+    it refuses the HTTP request itself, and is answered as such.
+    """
+    try:
+        return await work
+    except ProtocolError as exc:
+        return Answer.error(rid, exc).response()
 
 
 class McpEndpoint:
@@ -127,6 +143,8 @@ class McpEndpoint:
                 log.info("http.refused", status=exc.status, reason=exc.message, detail=exc.log_detail)
             response = http_error_response(exc)
         except ProtocolError as exc:
+            # Only what has no request id reaches here (a GET, a DELETE): every POST whose id was read answers its
+            # own errors with it (``answered``).
             response = json_response(jsonrpc.error(None, exc), exc.http_status)
         except Exception:
             # A bug. Nothing was sent yet: answer as starlette's error middleware does (the endpoint is served
@@ -203,9 +221,19 @@ class McpEndpoint:
         try:
             msg = jsonrpc.classify(body, doc.flaw(body))
         except MessageRejected as exc:
-            await self._responder.audit_rejected(principal, body, exc, cut=doc.cut)
-            return self._rejected(exc)
+            return await answered(exc.request_id, self._refuse_rejected(principal, body, exc, doc))
+        # From here the request's id is known: a JSON-RPC error raised on any path below, even one no handler
+        # there expected (an audit record that could not be written under ``audit.required``), answers it.
+        return await answered(msg.id if msg.kind == "request" else None,
+                              self._message(request, principal, msg, sse_ok))
 
+    async def _refuse_rejected(self, principal: Principal, body: Any, exc: MessageRejected,
+                               doc: strictjson.Document) -> Response:
+        await self._responder.audit_rejected(principal, body, exc, cut=doc.cut)
+        return self._rejected(exc)
+
+    async def _message(self, request: Request, principal: Principal, msg: jsonrpc.Message,
+                       sse_ok: bool) -> Response:
         # The era first: a request carrying 2026-07-28 _meta is stateless whatever its method, so an `initialize`
         # in that shape gets the modern answer to an unknown method, not a session.
         meta = msg.params.get("_meta")

@@ -107,13 +107,29 @@ class SessionLifecycle:
                            client_info={k: info[k] for k in ("name", "version", "title")
                                         if isinstance(info.get(k), str)},
                            created_at=time.time())
+        # Created first, so a session that the store refuses (full, unavailable) never gets a start record; then
+        # recorded, and an initialize refused there (``audit.required`` with a failing sink) takes its session
+        # away again: the client never learns its id, so nothing must remain that holds a place for it.
         await self.gw.store.create(data)
         if self.on_session is not None:
-            await self.on_session("session.start", data, principal)
+            try:
+                await self.on_session("session.start", data, principal)
+            except BaseException:
+                await self._discard(data)
+                raise
         log.info("session.start", session=data.id[:8], principal=principal.id, version=version,
                  client=data.client_info.get("name"))
         return Answer(jsonrpc.result(msg.id, self.dispatcher.initialize_result(version)),
                       headers={"Mcp-Session-Id": data.id})
+
+    async def _discard(self, data: SessionData) -> None:
+        """Remove a session whose ``initialize`` was refused after the store created it. Should the store fail
+        this too, the session is only logged: nobody knows its id, and it ends at its idle timeout."""
+        try:
+            await self.gw.store.delete(data.id)
+        except Exception as exc:
+            log.warning("session.discard_failed", session=data.id[:8], error=type(exc).__name__)
+        self.gw.live.drop(data.id)
 
     async def serve(self, request: Request, principal: Principal, msg: jsonrpc.Message, sse_ok: bool) -> Response:
         """One message within the session the request names."""
@@ -164,19 +180,30 @@ class SessionLifecycle:
         scope = self._scope(request, principal, session, live)
         answers: list[Any] = []
         for item in body:
+            # Each item is a request of its own: an error it raises (its audit record failing under
+            # ``audit.required`` included) answers that item, with its id, and the batch goes on.
             try:
                 msg = jsonrpc.classify(item, doc.flaw(item))
             except MessageRejected as exc:
-                await self.responder.audit_rejected(principal, item, exc, cut=doc.cut)
-                answers.append(jsonrpc.error(exc.request_id, exc))
+                error: ProtocolError = exc
+                try:
+                    await self.responder.audit_rejected(principal, item, exc, cut=doc.cut)
+                except ProtocolError as failed:
+                    error = failed
+                answers.append(jsonrpc.error(exc.request_id, error))
                 continue
-            if msg.kind == "request" and msg.method == INITIALIZE:
-                answers.append(jsonrpc.error(msg.id, ProtocolError(INVALID_REQUEST, "initialize cannot be batched")))
-            elif msg.kind == "request":
-                # Inside a batch only the message counts: an error's HTTP status has nowhere to go.
-                answers.append((await self.responder.run(scope, msg, live)).body)
-            else:
-                await self._accept(session, live, msg)
+            try:
+                if msg.kind == "request" and msg.method == INITIALIZE:
+                    answers.append(jsonrpc.error(msg.id, ProtocolError(INVALID_REQUEST,
+                                                                       "initialize cannot be batched")))
+                elif msg.kind == "request":
+                    # Inside a batch only the message counts: an error's HTTP status has nowhere to go.
+                    answers.append((await self.responder.run(scope, msg, live)).body)
+                else:
+                    await self._accept(session, live, msg)
+            except ProtocolError as exc:
+                if msg.kind == "request":
+                    answers.append(jsonrpc.error(msg.id, exc))
         if not answers:
             return Answer.empty(202)
         return Answer(answers)
