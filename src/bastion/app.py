@@ -112,6 +112,8 @@ def _lifespan(parts: Components) -> Any:
         # Cluster slot map / Sentinel primary discovered now, not inside the first calls' limiter budget.
         if parts.redis_clients is not None and not await parts.redis_clients.warm():
             log.warning("redis.unreachable_at_start")
+        for probe in parts.redis_probes:
+            await probe()
         # Before serving (uvicorn listens once this returns): one full collection at the end, stalling no client,
         # instead of the many the first catalogue build would set off; then what survived is frozen.
         with collector.start_up():

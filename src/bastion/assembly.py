@@ -25,7 +25,7 @@ import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import redis.asyncio as aioredis
@@ -68,6 +68,7 @@ from bastion.policy.guard import PolicyAccess, PolicyHolder
 from bastion.policy.watch import PolicyWatcher
 from bastion.principal import Principal
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
+from bastion.ratelimit.redis_limiter import RedisLimiter
 from bastion.redisconn import ADMIN, RedisClients, open_client
 from bastion.refresh_gate import RefreshRequests
 from bastion.sanitize import SanitizeConfig, SanitizeDefinitions, UpstreamTextCleaner
@@ -130,6 +131,9 @@ class Components:
     http_protocol: type[FrontDoorProtocol]
     # The admin console (``admin:``), on its own listener; None when not configured.
     admin: AdminConsole | None
+    # One real operation per Redis use, run once at start-up before serving: each health gauge starts from what
+    # it measured (``bastion_redis_up{use}``, ``bastion_limiter_redis_up``), never from an assumption.
+    redis_probes: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @property
     def redis(self) -> aioredis.Redis | None:
@@ -155,10 +159,11 @@ def build(settings: Settings) -> Components:
     holder, watcher = _policy(settings, events, metrics)
     # Every way a session ends ends its live state here too (streams, subscriptions, log relay).
     live = LiveSessions(settings.sessions.idle_timeout_s)
-    store, sweeper, session_count = _sessions(settings, redis_client, events, metrics, live)
+    redis_probes: list[Callable[[], Awaitable[None]]] = []
+    store, sweeper, session_count = _sessions(settings, redis_client, events, metrics, live, redis_probes)
     # Lists, calls and relayed notifications all ask the same access policy.
     access: AccessControl = PolicyAccess(holder) if holder is not None else AllowAll()
-    limiter = _limiter(limits_cfg, redis_clients, metrics)
+    limiter = _limiter(limits_cfg, redis_clients, metrics, redis_probes)
 
     # Flow contexts: in Redis when there is one, so every replica decides on the same history.
     flow_store: FlowStore = RedisFlowStore(redis_client) if redis_client is not None else MemoryFlowStore()
@@ -281,7 +286,7 @@ def build(settings: Settings) -> Components:
         audit_log=audit_log, events=events, policy_watcher=watcher, sessions=store, sweeper=sweeper, limiter=limiter,
         approvals=approvals, approvals_config=approvals_cfg, pin_watcher=pin_watcher, tracing=tracing,
         monitor=monitor, pool=pool, gateway=gateway, auth_config=auth_cfg, authenticate=authenticate,
-        endpoint=endpoint, http_protocol=http_protocol, admin=admin)
+        endpoint=endpoint, http_protocol=http_protocol, admin=admin, redis_probes=redis_probes)
 
 
 def _policy(settings: Settings, events: AuditEvents,
@@ -310,7 +315,8 @@ def _policy(settings: Settings, events: AuditEvents,
 
 
 def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: AuditEvents,
-              metrics: Metrics, live: LiveSessions) -> tuple[SweptStore, SessionSweeper, dict[str, int]]:
+              metrics: Metrics, live: LiveSessions,
+              probes: list[Callable[[], Awaitable[None]]]) -> tuple[SweptStore, SessionSweeper, dict[str, int]]:
     """The session store (with Redis, sessions live there so any replica can serve any session; without, in this
     process), its sweeper, and the sweeper's last count (for the admin console's overview)."""
     cfg = settings.sessions
@@ -334,12 +340,10 @@ def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: A
                                    protocol_version=data.protocol_version or None, reason="shutdown",
                                    created_at=data.created_at)
 
-    store: SweptStore = _redis_sessions(settings, redis_client, metrics, session_expired, session_evicted) \
+    store: SweptStore = _redis_sessions(settings, redis_client, metrics, session_expired, session_evicted, probes) \
         if redis_client is not None else \
         MemorySessionStore(cfg.idle_timeout_s, cfg.max_sessions, max_per_principal=cfg.max_per_principal,
                            on_expired=session_expired, on_evicted=session_evicted)
-    if redis_client is not None:
-        metrics.set_redis_up("sessions", True)  # until an outage says otherwise (the store starts optimistic)
     session_count: dict[str, int] = {}
 
     def count_sessions(n: int) -> None:
@@ -352,7 +356,8 @@ def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: A
 
 def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: Metrics,
                     on_expired: Callable[[SessionData], None],
-                    on_evicted: Callable[[SessionData], None]) -> IndexedRedisSessions:
+                    on_evicted: Callable[[SessionData], None],
+                    probes: list[Callable[[], Awaitable[None]]]) -> IndexedRedisSessions:
     """The Redis session store, layered: index (expiries claimed once) > cache > fallback > Redis."""
     cfg = settings.sessions
     # A Redis outage must not end every session: this replica keeps serving the sessions it has seen (see
@@ -360,6 +365,12 @@ def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: M
     fallback = FallbackSessionStore(
         RedisSessionStore(redis_client, idle_timeout_s=cfg.idle_timeout_s),
         idle_timeout_s=cfg.idle_timeout_s, max_sessions=cfg.max_sessions, on_event=metrics.session_fallback)
+
+    async def measure_sessions() -> None:
+        # From here on the store's outage edges (unavailable/recovered) move the gauge.
+        metrics.set_redis_up("sessions", await fallback.measure())
+
+    probes.append(measure_sessions)
     # In front of it, the sessions Redis confirmed within ``sessions.cache`` are served without a round trip, their
     # touches written behind (sessions/cache.py: a DELETE through another replica takes effect here within
     # that time).
@@ -370,7 +381,8 @@ def _redis_sessions(settings: Settings, redis_client: aioredis.Redis, metrics: M
                                 idle_timeout_s=cfg.idle_timeout_s, on_evicted=on_evicted)
 
 
-def _limiter(cfg: RateLimitConfig, redis_clients: RedisClients | None, metrics: Metrics) -> Limiter:
+def _limiter(cfg: RateLimitConfig, redis_clients: RedisClients | None, metrics: Metrics,
+             probes: list[Callable[[], Awaitable[None]]]) -> Limiter:
     # The limiter gets a Redis client of its own: its timeouts are the short failure-detection ones, which would
     # be wrong for sessions or audit streams.
     limiter_redis = redis_clients.limiter if redis_clients is not None else None
@@ -381,15 +393,20 @@ def _limiter(cfg: RateLimitConfig, redis_clients: RedisClients | None, metrics: 
 
     limiter = build_limiter(cfg, limiter_redis, on_event=on_limiter_event,
                             scripts=redis_clients.limiter_scripts if redis_clients is not None else None)
-    if limiter_redis is not None:
-        metrics.set_limiter_redis_up(True)  # the limiter starts healthy; its events move the gauge from here
+    if isinstance(limiter, RedisLimiter):
+        redis_limiter = limiter
+
+        async def measure_limiter() -> None:
+            # Its script load, through its own client: from here on its outage events move the gauges.
+            metrics.set_limiter_redis_up(await redis_limiter.measure())
+
+        probes.append(measure_limiter)
     return limiter
 
 
 def _pin_store_metrics(metrics: Metrics, store: PinStore) -> Callable[[StoreState], None]:
+    # No value until the store's first operation (the first catalogue build, before the gateway serves) says.
     redis_backed = isinstance(store, RedisPinStore)
-    if redis_backed:
-        metrics.set_redis_up("pins", True)
 
     def on_store(state: StoreState) -> None:
         if state != "ok":

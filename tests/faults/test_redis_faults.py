@@ -326,3 +326,51 @@ def test_redis_down_at_start_then_up_restores_pinned_tools_within_seconds(tmp_pa
     finally:
         gw.stop()
         redis_proc.stop()
+
+
+def gauge(gw: GatewayProcess, series: str) -> float | None:
+    """The series' value, or ``None`` when it is not exported (unlike ``metric``, absence is not 0)."""
+    text = httpx.get(gw.base + "/metrics", timeout=5).text
+    match = re.search(rf"^{re.escape(series)} ([0-9.e+-]+)$", text, re.M)
+    return float(match.group(1)) if match else None
+
+
+REDIS_GAUGES = ('bastion_redis_up{use="sessions"}', 'bastion_redis_up{use="limiter"}', "bastion_limiter_redis_up")
+
+
+def test_redis_gauges_are_measured_from_start(tmp_path: Path) -> None:
+    """Nothing listens at the configured Redis from the start, and no request arrives: every use's gauge says 0,
+    as /readyz does (an idle replica must fire BastionRedisDown / BastionLimiterRedisDown). Once Redis answers,
+    the first operation of each use brings its gauge to 1."""
+    redis_proc = RedisServer()  # its port is reserved, nothing listens yet
+    gw = GatewayProcess(gateway_config(redis_proc.url, "open"), tmp_path).start(expect_ready=False)
+    try:
+        assert httpx.get(gw.base + "/readyz", timeout=5).json()["checks"]["redis"] is False
+        assert {series: gauge(gw, series) for series in REDIS_GAUGES} == dict.fromkeys(REDIS_GAUGES, 0.0)
+
+        redis_proc.start()
+        back = time.monotonic()
+        with httpx.Client(timeout=DEADLINE_S) as http:
+            while True:
+                load = Load(gw.url)
+                sid = load.initialize(http)
+                if sid is not None:
+                    http.post(gw.url, headers=_headers(sid), content=orjson.dumps(
+                        {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                         "params": {"name": "basic__echo", "arguments": {"message": "up"}}}))
+                if all(gauge(gw, series) == 1 for series in REDIS_GAUGES):
+                    break
+                assert time.monotonic() - back < 10, {series: gauge(gw, series) for series in REDIS_GAUGES}
+                time.sleep(0.2)
+    finally:
+        gw.stop()
+        redis_proc.stop()
+
+
+def test_redis_gauges_start_at_one_when_redis_answers(tmp_path: Path, redis_proc: RedisServer) -> None:
+    """Measured, so a Redis that answers reads 1 before any request, each use on its own client."""
+    gw = GatewayProcess(gateway_config(redis_proc.url, "closed"), tmp_path).start()
+    try:
+        assert {series: gauge(gw, series) for series in REDIS_GAUGES} == dict.fromkeys(REDIS_GAUGES, 1.0)
+    finally:
+        gw.stop()

@@ -124,6 +124,14 @@ class RedisLimiter(Limiter):
         for script in (self._gcra, self._acquire_script, self._renew_script, self._release_script):
             await self._guarded(lambda s=script: s.load(self._scripts))  # type: ignore[misc]
 
+    async def measure(self) -> bool:
+        """Whether Redis answers the limiter now, found by one real operation (loading its scripts) that moves
+        its health like any decision would: a failure starts an outage (``redis_unavailable``). At start-up it
+        is what the limiter's health gauges start from."""
+        with contextlib.suppress(_Unreachable):
+            await self.load_scripts()
+        return self.healthy
+
     async def _check(self, checks: Sequence[RateCheck]) -> Verdict:
         keys = [self.rate_key(c.key) for c in checks]
         args: list[str | int] = [""]

@@ -152,6 +152,18 @@ class FallbackSessionStore:
             return local.data  # created here during the outage, not yet written back
         return data
 
+    async def measure(self) -> bool:
+        """Whether Redis answers the session store now, found by one real operation (a PING) that moves this
+        store's outage state like any other: a failure starts an outage (``unavailable``), a success after one
+        ends it (``recovered``). At start-up it is what the ``sessions`` health gauge starts from."""
+        try:
+            await self._inner.ping()
+        except SessionStoreUnavailable as exc:
+            self._down("ping", exc)
+            return False
+        self._up()
+        return True
+
     async def create(self, data: SessionData) -> None:
         try:
             await self._inner.create(data)

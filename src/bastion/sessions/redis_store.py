@@ -82,6 +82,10 @@ class RedisSessionStore:
             log.debug("session_store_unavailable", op=op, error=type(exc).__name__)
             raise SessionStoreUnavailable(log_detail=detail) from None
 
+    async def ping(self) -> None:
+        """One round trip to Redis, bounded like every other operation; raises ``SessionStoreUnavailable``."""
+        await self._call("ping", lambda: self._redis.ping())
+
     async def create(self, data: SessionData) -> None:
         if not _SESSION_ID.match(data.id):
             raise ValueError("session ids must be URL-safe base64 (see new_session_id)")
