@@ -24,7 +24,6 @@ have other segments than the one judged), an encoded ``%`` (``%25``: a second de
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
 __all__ = ["UriRefused", "canonical_glob", "canonical_uri", "glob_problem", "try_canonical"]
 
@@ -50,9 +49,11 @@ class UriRefused(ValueError):
         self.reason = reason
 
 
-@lru_cache(maxsize=8192)
 def canonical_uri(uri: str) -> str:
-    """The canonical form of ``uri`` (see the module); raises ``UriRefused`` for a URI that cannot be judged."""
+    """The canonical form of ``uri`` (see the module); raises ``UriRefused`` for a URI that cannot be judged.
+
+    Not cached: the URIs are the clients', as long as a request body allows, and a process-wide cache of them
+    would hold thousands of such bodies; normalising one is cheap beside the upstream request it precedes."""
     if _URI.fullmatch(uri) is None:
         raise UriRefused("characters outside printable ASCII (percent-encode them)")
     if "\\" in uri:
