@@ -37,10 +37,16 @@ def link_allowed(url: str, allow_http: bool = False) -> bool:
     return _DATA_IMAGE.fullmatch(url) is not None
 
 
-@lru_cache(maxsize=4096)  # pure; the same few hundred keys recur in every definition and result
 def secret_key(name: str) -> bool:
     """True when an object key names a credential, so its value is redacted whatever it looks like."""
-    if name in PROTOCOL_KEYS or len(name) > 128:
+    if len(name) > 128 or name in PROTOCOL_KEYS:
         return False
+    return _names_a_secret(name)
+
+
+# Pure, and the same few hundred keys recur in every definition and result. Only names up to 128 characters reach
+# it: the keys are an upstream's, and a cache of longer ones would hold whatever an upstream chose to send.
+@lru_cache(maxsize=4096)
+def _names_a_secret(name: str) -> bool:
     normal = _SEPARATORS.sub("_", _CAMEL.sub("_", name).lower())
     return _SECRET_KEY.search(normal) is not None
