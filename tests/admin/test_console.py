@@ -44,7 +44,7 @@ async def console(tmp_path: Path, policy_text: str = POLICY,
     config.setdefault("policies", [str(policy)])
     config.setdefault("admin", {"port": 0})
     async with front_door(tmp_path, **config) as door:
-        app = door.client._transport.app  # type: ignore[attr-defined]
+        app = door.app
         admin = app.state.bastion.admin
         assert admin is not None
         transport = httpx.ASGITransport(app=admin.console.asgi(), client=("127.0.0.1", 5555))
@@ -182,7 +182,7 @@ async def test_live_stream_filters_and_hides_arguments(tmp_path: Path) -> None:
                              "params": {"name": tool, "arguments": {"message": "secret-argument", "a": 1, "b": 2}}},
                             headers)
         # Over the console's real listener: the ASGI transport buffers whole bodies, and a stream never ends.
-        app = door.client._transport.app  # type: ignore[attr-defined]
+        app = door.app
         port = app.state.bastion.admin.port
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", cookies=browser.cookies,
                                      timeout=10) as tcp, \
@@ -228,7 +228,7 @@ async def test_without_auth_only_loopback_clients_get_in(tmp_path: Path) -> None
         assert door.records("admin.action")[-1]["principal"]["id"] == "loopback-admin"
         # The loopback admin decides approvals too (the admin API has nobody to authorise without auth).
         assert 'id="read-only"' not in (await browser.get("/approvals")).text
-        app = door.client._transport.app  # type: ignore[attr-defined]
+        app = door.app
         remote = httpx.ASGITransport(app=app.state.bastion.admin.console.asgi(), client=("192.0.2.7", 5555))
         async with httpx.AsyncClient(transport=remote, base_url="http://127.0.0.1") as other:
             other.cookies = browser.cookies
@@ -421,7 +421,7 @@ async def test_admins_outside_the_approvals_groups_see_but_cannot_decide(tmp_pat
 async def test_the_approvals_stream_tells_of_opened_and_decided_approvals(tmp_path: Path) -> None:
     async with console(tmp_path, APPROVE_POLICY, approvals={"admin_groups": ["admin"]}) as (door, browser):
         await login(browser)
-        app = door.client._transport.app  # type: ignore[attr-defined]
+        app = door.app
         port = app.state.bastion.admin.port
         headers = await alice_session(door)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", cookies=browser.cookies,

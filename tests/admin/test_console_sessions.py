@@ -25,7 +25,7 @@ ENDS_WITHIN_S = 10.0
 
 
 def admin_port(door: FrontDoor) -> int:
-    app = door.client._transport.app  # type: ignore[attr-defined]
+    app = door.app
     port: int = app.state.bastion.admin.port
     return port
 
@@ -34,7 +34,7 @@ def admin_port(door: FrontDoor) -> int:
 async def open_stream(door: FrontDoor, path: str, cookie: str) -> AsyncIterator[AsyncIterator[str]]:
     """The stream's lines over the console's real listener, once it is established and has sent what it sends
     on opening (the live stream starts after the records already written; the approvals stream's ``sync``)."""
-    app = door.client._transport.app  # type: ignore[attr-defined]
+    app = door.app
     after = app.state.bastion.admin.console.tap.last
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{admin_port(door)}", cookies={COOKIE: cookie},
                                  timeout=30) as tcp, \
