@@ -4,8 +4,10 @@ Each request is one POST, on the upstream's lean keep-alive pool (``connections`
 ``httpx.AsyncClient``; the answer is either one JSON object or an SSE stream that carries the request's related
 notifications and server requests before its response. Server requests are answered by POSTing the JSON-RPC
 response. A 404 on a request that carried our session id means the server forgot the session (typically it
-restarted): we initialize again and retry that request once. A GET stream, when the server offers one, brings
-unrelated notifications such as ``tools/list_changed``.
+restarted): we initialize again and retry that request once. A re-initialization that fails (the restarted
+server answers ``initialize`` with an error, or not in time) leaves no session: the next request, a health probe's
+included, initializes first, so the upstream comes back as soon as its server does. A GET stream, when the server
+offers one, brings unrelated notifications such as ``tools/list_changed``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import orjson
 import structlog
 
 from bastion import __version__
-from bastion.errors import UpstreamUnavailable
+from bastion.errors import RequestError, UpstreamUnavailable
 from bastion.protocol.methods import INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.sse import SseDecoder
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
@@ -65,6 +67,8 @@ class HttpUpstream(HttpPeer):
         self._headers = dict(self._base_headers)
         self._session_id: str | None = None
         self._generation = 0
+        # Set while the session is lost and not yet replaced (a re-initialization failed); see ``_transmit``.
+        self._sessionless = False
         self._init_lock = asyncio.Lock()
         self._rpc = RpcSession(name, self._post_message, on_stray=on_stray)
         self._listener: asyncio.Task[None] | None = None
@@ -125,12 +129,16 @@ class HttpUpstream(HttpPeer):
     async def _initialize(self) -> UpstreamInfo:
         self._session_id = None
         self._headers = dict(self._base_headers)
+        # Until this succeeds there is no session to send requests in: without one, a server answers them with a
+        # 400 that looks like no lost session, and nothing would initialize again.
+        self._sessionless = True
         result = await self._rpc.call(INITIALIZE, initialize_params(__version__), timeout=self._init_timeout,
                                       on_message=None, transmit=self._transmit_initialize)
         info = parse_initialize_result(self.name, result)
         self._headers = self._session_headers(info.protocol_version)
         self._info = info
         self._generation += 1
+        self._sessionless = False
         await self._rpc.notify(INITIALIZED)
         log.info("upstream.initialized", upstream=self.name, version=info.protocol_version,
                  session=self._session_id is not None)
@@ -146,9 +154,12 @@ class HttpUpstream(HttpPeer):
         async with self._init_lock:
             if generation != self._generation:
                 return  # another request already did it
-            log.info("upstream.session_expired", upstream=self.name)
-            # The server forgot the session (it restarted): the work it had of ours went with it.
-            self._rpc.end_abandoned("connection_lost")
+            if self._sessionless:
+                log.info("upstream.session_retry", upstream=self.name)
+            else:
+                log.info("upstream.session_expired", upstream=self.name)
+                # The server forgot the session (it restarted): the work it had of ours went with it.
+                self._rpc.end_abandoned("connection_lost")
             await self._initialize()
         # A server that lost our session may have restarted with a different tool list.
         await self._rpc.on_notification(TOOLS_LIST_CHANGED, {})
@@ -160,6 +171,9 @@ class HttpUpstream(HttpPeer):
 
     async def _transmit(self, pending: Pending) -> None:
         generation = self._generation
+        if self._sessionless:
+            await self._reinitialize(generation)
+            generation = self._generation
         if await self._exchange(pending):
             await self._reinitialize(generation)
             if await self._exchange(pending):
@@ -243,12 +257,15 @@ class HttpUpstream(HttpPeer):
 
     async def _listen_once(self) -> int | None:
         """One GET stream, until it ends. Returns the retry delay in ms, or None when the server offers none."""
-        generation = self._generation
-        headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
-        headers["Accept"] = "text/event-stream"
-        headers.update(HTTPX_HEADERS)
         decoder = SseDecoder(self._max_message)
         try:
+            if self._sessionless:
+                # A GET without the session would be refused, or taken for the server offering no stream.
+                await self._reinitialize(self._generation)
+            generation = self._generation
+            headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
+            headers["Accept"] = "text/event-stream"
+            headers.update(HTTPX_HEADERS)
             with http_errors(self.name, "GET"):
                 async with self._client.stream("GET", self._url, headers=headers, timeout=STREAM_TIMEOUT) as response:
                     if response.status_code == 405:
@@ -264,6 +281,7 @@ class HttpUpstream(HttpPeer):
                         if event.event == "message" and event.data:
                             # bastion never resumes a request's stream here, so a response on it is stray.
                             await self._rpc.handle(orjson.loads(event.data), answers=False)
-        except UpstreamUnavailable as exc:
-            log.info("upstream.get_stream_failed", upstream=self.name, detail=exc.log_detail)
+        except RequestError as exc:
+            # Also a re-initialization answered with an error or not in time: the stream is tried again (backoff).
+            log.info("upstream.get_stream_failed", upstream=self.name, detail=exc.log_detail or exc.message)
         return decoder.retry or 0

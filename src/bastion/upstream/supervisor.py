@@ -3,6 +3,11 @@
 Used by the transports whose connection can die as a whole (a stdio child process, an HTTP+SSE stream).
 While a reconnect attempt runs, requests wait for it (within their own timeout); while the supervisor sleeps
 between attempts, requests fail at once with ``UpstreamUnavailable`` rather than pile up.
+
+Every failed attempt is followed by another, whatever it failed with: a restarted server that answers its
+handshake with a JSON-RPC error, or not in time, is as much a failed attempt as one that cannot be reached. Nothing
+else restarts a transport the gateway holds as connected, so a reconnect loop that ended on an error it did not
+expect would leave that upstream down until the gateway restarts.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Literal
 
 import structlog
 
-from bastion.errors import UpstreamUnavailable
+from bastion.errors import RequestError, UpstreamUnavailable
 from bastion.stopping import cancel_and_wait
 from bastion.upstream.base import UpstreamInfo
 
@@ -132,13 +137,15 @@ class Supervisor:
             self._state = "connecting"
             try:
                 info = await self._connect()
-            except UpstreamUnavailable as exc:
-                log.warning("upstream.reconnect_failed", upstream=self.name, detail=exc.log_detail)
-                # Wake waiters so they fail now instead of at their timeout.
-                self._state = "waiting"
-                self._connected.set()
-                self._connected.clear()
-                self._tell("restarting", f"restart failed: {exc.log_detail or exc.message}")
+            except RequestError as exc:
+                detail = exc.log_detail or exc.message
+                log.warning("upstream.reconnect_failed", upstream=self.name, detail=detail)
+                self._failed(detail)
+                continue
+            except Exception as exc:
+                # A defect, not the upstream's doing; the upstream still deserves the next attempt.
+                log.exception("upstream.reconnect_failed", upstream=self.name)
+                self._failed(f"{type(exc).__name__}: {exc}")
                 continue
             self._up(info)
             log.info("upstream.reconnected", upstream=self.name)
@@ -148,6 +155,13 @@ class Supervisor:
             except Exception:
                 log.exception("upstream.reconnect_hook_failed", upstream=self.name)
             return
+
+    def _failed(self, detail: str) -> None:
+        # Wake waiters so they fail now instead of at their timeout.
+        self._state = "waiting"
+        self._connected.set()
+        self._connected.clear()
+        self._tell("restarting", f"restart failed: {detail}")
 
     async def aclose(self) -> None:
         self._state = "closed"
