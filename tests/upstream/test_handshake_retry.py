@@ -7,7 +7,7 @@ server that restarts (a crashed stdio child, an HTTP server that lost our sessio
 - Streamable HTTP: the session lost in the failed re-initialization is initialized again by the next request,
   rather than every later request being sent without a session (refused with 400 by the server, forever).
 
-The fixture (``tests.fixtures.flaky_handshake_server``) numbers its starts; ``--fail-runs 2`` makes the second
+The fixture (``tests.fixtures.flaky_server``) numbers its starts; ``--fail-runs 2`` makes the second
 start's first handshake fail.
 """
 
@@ -25,7 +25,7 @@ from bastion.upstream.http import HttpUpstream
 from bastion.upstream.stdio import StdioUpstream
 from tests.upstream.helpers import ROOT, HttpServer, Inbox, server_command
 
-FLAKY = "tests.fixtures.flaky_handshake_server"
+FLAKY = "tests.fixtures.flaky_server"
 # How long a test waits for the upstream to come back: many reconnect attempts, never a measurement.
 RECOVERY_S = 30.0
 

@@ -1,5 +1,7 @@
 """An upstream MCP server run as a child process, speaking newline-delimited JSON-RPC on stdin/stdout.
 
+The child runs in a process group of its own (``bastion.upstream.child``). It is the server: when it exits, the
+connection is lost even if a helper it started still holds its stdout, and what it left in its group is killed.
 The child gets a minimal environment (``INHERITED_ENV`` plus its configured ``env``), so bastion's own secrets
 never leak into servers that do not need them. Its stderr is the server's log and goes into ours, bounded
 (``bastion.upstream.stderr``: lines cut at 4 KiB, rate-limited, escaped). When the
@@ -15,8 +17,8 @@ binary may be a different version, so the era is decided per process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
+import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +31,7 @@ from bastion.protocol.methods import DISCOVER, INITIALIZE, INITIALIZED, TOOLS_LI
 from bastion.stopping import finish
 from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
+from bastion.upstream.child import Child, spawn
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
 from bastion.upstream.modern import (
     discover_verdict,
@@ -80,7 +83,7 @@ class StdioUpstream:
         self._listening: asyncio.Task[None] | None = None
         self._supervisor = Supervisor(name, self._connect, self._announce_restart,
                                       Backoff(backoff_initial, backoff_max))
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: Child | None = None
         self._closing = False
         self._stderr_log = StderrLog(name, stderr, on_lines=on_stderr)
 
@@ -140,17 +143,14 @@ class StdioUpstream:
 
     async def _connect(self) -> UpstreamInfo:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=self._child_env(), cwd=self._cwd, limit=self._limit,
-                start_new_session=True,
-            )
+            proc = await spawn(self._command, env=self._child_env(), cwd=self._cwd, limit=self._limit)
         except OSError as exc:
             raise UpstreamUnavailable(self.name, log_detail=f"cannot start {self._command[0]!r}: {exc}") from None
         log.info("upstream.spawned", upstream=self.name, pid=proc.pid, command=self._command[0])
         self._proc = proc
-        self._rpc.spawn(self._read_stdout(proc))
+        reader = self._rpc.spawn(self._read_stdout(proc))
         self._rpc.spawn(self._read_stderr(proc))
+        self._rpc.spawn(self._watch_exit(proc, reader))
         self._stop_listening()
         try:
             info = await self._handshake()
@@ -219,23 +219,28 @@ class StdioUpstream:
     async def _announce_restart(self) -> None:
         await self._rpc.on_notification(TOOLS_LIST_CHANGED, {})
 
-    async def _stop(self, proc: asyncio.subprocess.Process) -> None:
-        # The spec's order: EOF on stdin lets a well-behaved server finish; signals are for the others.
-        if proc.stdin is not None and not proc.stdin.is_closing():
-            proc.stdin.close()
-        for signal_it in (None, proc.terminate, proc.kill):
-            if signal_it is not None:
-                try:
-                    signal_it()
-                except ProcessLookupError:
-                    break
-            try:
-                async with asyncio.timeout(self._grace):
-                    await proc.wait()
+    async def _stop(self, proc: Child) -> None:
+        # The spec's order: EOF on stdin lets a well-behaved server finish; signals are for the others, and go to
+        # its whole process group (what it left behind when it exits is killed then, see ``child``).
+        stdin = proc.process.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None:
+                proc.signal(sig)
+            if await proc.wait_exited(self._grace):
                 break
-            except TimeoutError:
-                continue
-        await proc.wait()
+        # ``Process.wait`` also waits for the pipes, which a process that left the group may hold for ever.
+        proc.release()
+        await proc.process.wait()
+
+    async def _watch_exit(self, proc: Child, reader: asyncio.Task[None]) -> None:
+        """End the connection when the child exits, even if its stdout never reaches EOF: what it wrote before
+        exiting is read first (``reader`` ends at EOF), within the shutdown grace period; then bastion's ends of
+        the pipes are closed, which makes the reader see EOF, and the loss is handled there as any other."""
+        await proc.wait_exited(None)
+        await asyncio.wait({reader}, timeout=self._grace)
+        proc.release()
 
     # -- framing ---------------------------------------------------------------------------------------------
 
@@ -244,7 +249,7 @@ class StdioUpstream:
 
     async def _write(self, message: dict[str, Any]) -> None:
         proc = self._proc
-        stdin = proc.stdin if proc is not None else None
+        stdin = proc.process.stdin if proc is not None else None
         if stdin is None or stdin.is_closing():
             raise UpstreamUnavailable(self.name, log_detail="process not running")
         waiting = stdin.transport.get_write_buffer_size()
@@ -256,11 +261,12 @@ class StdioUpstream:
         except (ConnectionError, RuntimeError) as exc:
             raise UpstreamUnavailable(self.name, log_detail=f"write to stdin failed: {exc!r}") from None
 
-    async def _read_stdout(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
+    async def _read_stdout(self, proc: Child) -> None:
+        stdout = proc.process.stdout
+        assert stdout is not None
         detail = "stdout closed"
         try:
-            while line := await proc.stdout.readline():
+            while line := await stdout.readline():
                 if line.isspace():
                     continue
                 try:
@@ -275,14 +281,15 @@ class StdioUpstream:
         if self._closing or proc is not self._proc:
             return
         self._proc = None
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        code = await proc.wait()
+        proc.signal(signal.SIGKILL)  # stdout closed (or unreadable) while it runs: it cannot be talked to
+        await proc.wait_exited(None)
+        proc.release()
+        code = await proc.process.wait()
         self._rpc.fail_all(f"{detail}; exit code {code}")
         self._supervisor.lost(f"{detail}; exit code {code}")
 
-    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stderr is not None
+    async def _read_stderr(self, proc: Child) -> None:
+        stderr = proc.process.stderr
+        assert stderr is not None
         # Bounded: lines cut, rate-limited per upstream, escaped, read in chunks that yield (bastion.upstream.stderr).
-        await pump_stderr(proc.stderr, self._stderr_log)
+        await pump_stderr(stderr, self._stderr_log)
