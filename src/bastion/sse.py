@@ -9,9 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["SseDecoder", "SseEvent", "SseEventTooLarge", "encode_event"]
+__all__ = ["MAX_RETRY_MS", "SseDecoder", "SseEvent", "SseEventTooLarge", "encode_event"]
 
 _BOM = "\ufeff"
+# The longest reconnection delay a stream may ask for (``retry``), in ms: one hour. A longer one is taken as this.
+# The field is the peer's digits: unbounded, 5,000 of them made ``int`` raise (Python's limit on digits) and 400 a
+# float overflow wherever the delay was used, each ending the reader that met it.
+MAX_RETRY_MS = 3_600_000
+_MAX_RETRY_DIGITS = len(str(MAX_RETRY_MS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +59,8 @@ class SseEventTooLarge(ValueError):
 class SseDecoder:
     """Feed bytes in any chunking; get complete events out.
 
-    ``retry`` holds the last valid reconnection delay (ms) the stream asked for, ``last_event_id`` the last id.
+    ``retry`` holds the last valid reconnection delay (ms) the stream asked for, at most ``MAX_RETRY_MS``;
+    ``last_event_id`` the last id.
     With ``max_event_bytes``, an event whose data lines plus the line still arriving pass that many bytes raises
     ``SseEventTooLarge`` from ``feed`` as soon as they do; the stream cannot be resynchronised after that. A line
     arriving in many chunks is held as its pieces and joined once, when its end arrives.
@@ -144,7 +150,8 @@ class SseDecoder:
             if "\0" not in value:
                 self.last_event_id = value
         elif name == "retry" and value.isascii() and value.isdigit():
-            self.retry = int(value)
+            value = value.lstrip("0") or "0"
+            self.retry = MAX_RETRY_MS if len(value) > _MAX_RETRY_DIGITS else min(int(value), MAX_RETRY_MS)
         return None
 
     def _dispatch(self) -> SseEvent | None:

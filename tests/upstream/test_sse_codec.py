@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.sse import SseDecoder, SseEvent, SseEventTooLarge, encode_event
+from bastion.sse import MAX_RETRY_MS, SseDecoder, SseEvent, SseEventTooLarge, encode_event
 
 
 def decode(*chunks: bytes) -> tuple[list[SseEvent], SseDecoder]:
@@ -69,6 +69,20 @@ def test_id_persists_and_invalid_retry_is_ignored() -> None:
     events, decoder = decode(b"id: 5\ndata: a\n\nretry: soon\ndata: b\n\nid\ndata: c\n\n")
     assert [e.id for e in events] == ["5", "5", ""]
     assert decoder.retry is None
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (b"1500", 1500), (b"0", 0), (b"0" * 5000 + b"1500", 1500), (str(MAX_RETRY_MS).encode(), MAX_RETRY_MS),
+    (str(MAX_RETRY_MS + 1).encode(), MAX_RETRY_MS),
+    # A delay no float holds (``retry / 1000`` raised OverflowError where it was used) ...
+    (b"9" * 400, MAX_RETRY_MS),
+    # ... and more digits than ``int`` parses (it raised ValueError from ``feed``, ending the stream's reader).
+    (b"9" * 5000, MAX_RETRY_MS),
+], ids=["plain", "zero", "leading-zeros", "at-bound", "over-bound", "400-digits", "5000-digits"])
+def test_retry_is_bounded_whatever_its_digits(value: bytes, expected: int) -> None:
+    events, decoder = decode(b"retry: " + value + b"\n\ndata: after\n\n")
+    assert decoder.retry == expected
+    assert events == [SseEvent(data="after")]
 
 
 def test_retry_alone_dispatches_nothing() -> None:

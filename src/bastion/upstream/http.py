@@ -253,7 +253,9 @@ class HttpUpstream(HttpPeer):
             if self._on_state is not None and not self._closed:
                 self._on_state("suspect", "GET stream ended")
             self._backoff.connection_ended(time.monotonic() - started)
-            await asyncio.sleep(max(self._backoff.next_delay(), retry_ms / 1000))
+            # The server's ``retry`` hint may slow the reconnection down to the backoff's maximum, never further:
+            # past that, an upstream would switch off its own change notifications.
+            await asyncio.sleep(max(self._backoff.next_delay(), min(retry_ms / 1000, self._backoff.maximum)))
 
     async def _listen_once(self) -> int | None:
         """One GET stream, until it ends. Returns the retry delay in ms, or None when the server offers none."""
@@ -284,4 +286,7 @@ class HttpUpstream(HttpPeer):
         except RequestError as exc:
             # Also a re-initialization answered with an error or not in time: the stream is tried again (backoff).
             log.info("upstream.get_stream_failed", upstream=self.name, detail=exc.log_detail or exc.message)
+        except Exception:
+            # A defect, not the upstream's doing: the stream is tried again (backoff) rather than never again.
+            log.exception("upstream.stream_failed", upstream=self.name)
         return decoder.retry or 0

@@ -139,6 +139,11 @@ class SseUpstream:
             detail = exc.log_detail or detail
             if not endpoint.done():
                 endpoint.set_exception(exc)
+        except Exception as exc:
+            # Not the upstream's known failures but a defect: the stream is as gone, and must be reported so
+            # (below), or the upstream would stay "connected" to a stream nobody reads, every request timing out.
+            log.exception("upstream.stream_failed", upstream=self.name)
+            detail = f"SSE stream failed: {type(exc).__name__}"
         if not endpoint.done():
             endpoint.set_exception(UpstreamUnavailable(self.name, log_detail=detail))
         if self._closed or self._stream is not asyncio.current_task():

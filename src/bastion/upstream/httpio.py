@@ -150,6 +150,10 @@ async def sse_events(response: ResponseLike, upstream: str, decoder: SseDecoder)
                 yield event
     except SseEventTooLarge:
         raise too_large(upstream, decoder.max_event_bytes or 0, "SSE event") from None
+    except ValueError as exc:
+        # Whatever else the upstream's bytes make the decoder refuse ends the stream, as an unavailable upstream
+        # (which every reader handles), never as an error its reader does not expect.
+        raise UpstreamUnavailable(upstream, log_detail=f"unreadable SSE stream: {exc}") from None
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -278,6 +278,10 @@ class StdioUpstream:
         except (ValueError, OSError) as exc:
             # ValueError: a line beyond max_message_bytes; the stream cannot be resynchronised safely.
             detail = f"stdout unreadable: {exc!r}"
+        except Exception as exc:
+            # A defect, not the child's doing; the child is restarted rather than left unread (and so unanswered).
+            log.exception("upstream.stream_failed", upstream=self.name)
+            detail = f"stdout reader failed: {type(exc).__name__}"
         if self._closing or proc is not self._proc:
             return
         self._proc = None
