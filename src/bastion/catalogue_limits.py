@@ -4,7 +4,10 @@ An upstream decides how many tools it lists, how large each definition is and ho
 unbounded, one hostile or broken upstream can make every refresh cost seconds of CPU and hundreds of megabytes,
 for every client of the gateway. ``ListBudget`` applies the ``catalogue.limits`` to one list fetch page by page:
 items beyond a bound are dropped (never truncated: half a definition is a different definition), fetching stops
-once nothing more could be kept, and ``drops()`` says what was dropped and why, once per (list, limit).
+once nothing more could be kept, and ``drops()`` says what was dropped and why, once per (list, limit). The
+upstream's cursors count against ``max_list_size`` with the definitions: it chooses their length, each is sent back
+and kept until the listing ends (to tell a repeated one), so 100 pages with a 10 MB cursor each cost the gateway a
+gigabyte while keeping nothing.
 
 Measuring is bounded too (``json_size`` stops at the bound), and the walk hands the event loop back every few
 milliseconds, so building a catalogue from a 50,000-tool or 30 MB listing never stalls other clients' calls.
@@ -82,7 +85,8 @@ class CatalogueLimits:
 
 @dataclass(frozen=True, slots=True)
 class LimitDrop:
-    """Items of one upstream list dropped by one bound (``dropped`` 0 and no names: the listing was cut short)."""
+    """Items of one upstream list dropped by one bound (``dropped`` 0 and no names: the listing was cut short, by
+    ``max_pages`` or by a cursor that did not fit in ``max_list_size``)."""
 
     upstream: str
     list: ListKind
@@ -105,7 +109,8 @@ class ListBudget:
         self._dropped: dict[LimitName, int] = {}
         self._names: dict[LimitName, list[str]] = {}
         self._pages = 0
-        self._cut = False
+        # Bounds that cut the listing short (no item dropped, fetching stopped): ``max_pages``, ``max_list_size``.
+        self._cuts: list[LimitName] = []
 
     async def add_page(self, page: Sequence[Any]) -> bool:
         self._pages += 1
@@ -124,7 +129,18 @@ class ListBudget:
 
     def more_pages_refused(self) -> None:
         """The upstream offered another page, but ``max_pages`` were fetched already."""
-        self._cut = True
+        self._cuts.append("max_pages")
+
+    def admit_cursor(self, cursor: str) -> bool:
+        """Whether the page after ``cursor`` may be fetched: the cursor fits in ``max_list_size`` with what was
+        kept (and earlier cursors). One that does not cuts the listing short."""
+        if self._full is not None:
+            return False
+        if self._bytes + len(cursor) > self.limits.max_list_bytes:
+            self._cuts.append("max_list_size")
+            return False
+        self._bytes += len(cursor)
+        return True
 
     @property
     def pages_left(self) -> bool:
@@ -163,6 +179,5 @@ class ListBudget:
     def drops(self) -> list[LimitDrop]:
         out = [LimitDrop(self.upstream, self.kind, why, self.limits.bound(why), count, tuple(self._names[why]))
                for why, count in self._dropped.items()]
-        if self._cut:
-            out.append(LimitDrop(self.upstream, self.kind, "max_pages", self.limits.max_pages, 0, ()))
+        out.extend(LimitDrop(self.upstream, self.kind, why, self.limits.bound(why), 0, ()) for why in self._cuts)
         return out

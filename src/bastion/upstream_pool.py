@@ -348,6 +348,8 @@ class UpstreamPool:
             if not budget.pages_left:
                 budget.more_pages_refused()
                 return
+            if not budget.admit_cursor(cursor):
+                return  # its length counts against max_list_size, as it is kept in ``seen``
             seen.add(cursor)
 
     async def _report_limits(self, upstream: str, drops: list[LimitDrop]) -> None:

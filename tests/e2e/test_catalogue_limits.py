@@ -25,6 +25,9 @@ def flooded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
                                    "--big-description", "3000000", "--big-schema", "400000"),
             # A nextCursor on every page, forever.
             "endless": stdio_upstream("tests.fixtures.huge_catalogue_server", "--tools", "2", "--endless"),
+            # The same, with a 3 MB cursor: they count against max_list_size (16 MiB) as they are kept.
+            "cursors": stdio_upstream("tests.fixtures.huge_catalogue_server", "--tools", "2", "--endless",
+                                      "--cursor-size", "3000000"),
             "basic": stdio_upstream("tests.fixtures.basic_server"),
         },
         "pinning": {"file": str(workdir / "pins.json")},
@@ -44,7 +47,7 @@ def rpc(flooded: GatewayProcess) -> Iterator[RpcClient]:
 
 
 def limit_records(gw: GatewayProcess) -> dict[tuple[str, str], dict[str, Any]]:
-    records = gw.wait_records("catalogue.limit", 4)
+    records = gw.wait_records("catalogue.limit", 5)
     for record in records:
         assert_valid(record)
     return {(r["upstream"], r["limit"]): r for r in records}
@@ -58,6 +61,7 @@ def test_excess_is_dropped_and_the_rest_served(rpc: RpcClient, flooded: GatewayP
     assert "huge__big_description" not in names
     assert "huge__big_schema" not in names
     assert "endless__echo" in names
+    assert "cursors__echo" in names
     assert rpc.call("basic__echo", {"message": "still here"})["result"]["content"][0]["text"] == "still here"
     assert rpc.call("huge__echo", {"text": "ok"})["result"]["content"][0]["text"] == "ok"
 
@@ -73,6 +77,10 @@ def test_every_drop_is_audited_once_with_the_bound_that_applied(flooded: Gateway
     assert count["bound"] == 1000 and count["dropped"] >= 1 and count["items"][0].startswith("t")
     pages = records[("endless", "max_pages")]
     assert (pages["list"], pages["bound"], pages["dropped"], pages["items"]) == ("tools", 20, 0, [])
+    # Before: 20 pages fetched, each 3 MB cursor kept, and the listing cut only by max_pages.
+    cursors = records[("cursors", "max_list_size")]
+    assert (cursors["list"], cursors["bound"], cursors["dropped"], cursors["items"]) == ("tools", 16 << 20, 0, [])
+    assert ("cursors", "max_pages") not in records
     # Once per change: refreshes that drop the same items again do not repeat the records.
     assert len(flooded.records("catalogue.limit")) == len(records)
     assert "catalogue.limit" in flooded.stderr()

@@ -480,7 +480,7 @@ def admin_action_record(*, at: float, admin: Principal | None, action: str, targ
 
 def catalogue_limit_record(*, at: float, drop: LimitDrop) -> dict[str, Any]:
     """``catalogue.limit``: items of an upstream's list dropped by one ``catalogue.limits`` bound (``dropped`` 0:
-    the listing was cut short by ``max_pages``); ``items`` names the first few."""
+    the listing was cut short by ``max_pages`` or ``max_list_size``); ``items`` names the first few."""
     doc = _envelope("catalogue.limit", at, request_id=None, session=None, era=None, principal=None,
                     client_info=None, traceparent=None)
     doc.update(upstream=_short(drop.upstream), list=drop.list, limit=drop.limit, bound=drop.bound,
