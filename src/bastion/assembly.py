@@ -310,8 +310,15 @@ def _policy(settings: Settings, events: AuditEvents,
         events.policy_reloaded_soon("rejected", source=",".join(str(p) for p in settings.policies), error=error,
                                     digest=holder.current.version)
 
+    def recovered(policy: PolicySet) -> None:
+        # The files read as the set in force again: the rejected edit is over, and the record says so.
+        metrics.policy_reloaded("unchanged")
+        events.policy_reloaded_soon("unchanged", source=",".join(policy.files), digest=policy.version,
+                                    rules=len(policy.rules))
+
     log.info("policy.loaded", version=holder.current.version, files=list(holder.current.files))
-    return holder, PolicyWatcher(settings.policies, reloaded, initial=holder.current, on_failure=rejected)
+    return holder, PolicyWatcher(settings.policies, reloaded, initial=holder.current, on_failure=rejected,
+                                 on_recovered=recovered)
 
 
 def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: AuditEvents,

@@ -122,3 +122,126 @@ async def test_run_polls_and_reports_in_the_event_loop(tmp_path: Path) -> None:
         assert [r.id for r in seen[-1].rules] == ["changed-and-longer"]
     finally:
         task.cancel()
+
+
+# -- A poll sees the files at one instant; files change over many. Only a state two polls agree on counts. ------
+
+ALLOW = "version: 1\nrules:\n  - id: allow-all\n    effect: allow\n"
+DENY = "version: 1\nrules:\n  - id: no-echo\n    effect: deny\n    tools: [basic__echo]\n"
+
+
+class Reports:
+    """Everything a watcher reports, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def watcher(self, paths: list[Path], initial: PolicySet | None) -> PolicyWatcher:
+        return PolicyWatcher(paths, lambda p: self.events.append(("reload", [r.id for r in p.rules])),
+                             initial=initial, on_failure=lambda e: self.events.append(("failure", e)),
+                             on_recovered=lambda p: self.events.append(("recovered", p.version)))
+
+
+def _two_files(tmp_path: Path) -> PolicySet:
+    write(tmp_path / "10-allow.yaml", ALLOW)
+    write(tmp_path / "20-deny.yaml", DENY)
+    return load_policies([tmp_path])
+
+
+def _run_polls(watcher: PolicyWatcher, count: int) -> None:
+    for _ in range(count):
+        watcher.report(watcher.poll())
+
+
+def test_an_editor_save_that_moves_the_file_aside_never_applies_the_set_without_it(tmp_path: Path) -> None:
+    # vim's default save, and many tools': rename the old file, write the new one. A poll between the two saw a
+    # valid set without the deny rule, and the gateway enforced it until the next poll.
+    reports = Reports()
+    initial = _two_files(tmp_path)
+    watcher = reports.watcher([tmp_path], initial)
+    os.replace(tmp_path / "20-deny.yaml", tmp_path / "20-deny.yaml~")
+    _run_polls(watcher, 1)
+    assert watcher.policy is initial
+    write(tmp_path / "20-deny.yaml", DENY)
+    (tmp_path / "20-deny.yaml~").unlink()
+    _run_polls(watcher, 3)
+    assert watcher.policy is initial
+    assert reports.events == []
+    assert watcher.status["ok"] is True
+
+
+def test_a_file_read_half_written_is_never_applied(tmp_path: Path) -> None:
+    reports = Reports()
+    watcher = reports.watcher([tmp_path], _two_files(tmp_path))
+    new = DENY + "  - id: no-add\n    effect: deny\n    tools: [basic__add]\n"
+    with (tmp_path / "20-deny.yaml").open("w") as f:  # in place, as `cat > file` or an upload writes it
+        f.write("version: 1\n")  # what a reader finds after the first write: valid, and no deny rule at all
+        f.flush()
+        _run_polls(watcher, 1)
+        f.seek(0)
+        f.truncate()
+        f.write(new)
+        assert watcher.policy is not None and [r.id for r in watcher.policy.rules] == ["allow-all", "no-echo"]
+    _run_polls(watcher, 2)
+    assert reports.events == [("reload", ["allow-all", "no-echo", "no-add"])]
+
+
+def test_a_change_is_applied_once_two_polls_find_it(tmp_path: Path) -> None:
+    reports = Reports()
+    initial = _two_files(tmp_path)
+    watcher = reports.watcher([tmp_path], initial)
+    write(tmp_path / "10-allow.yaml", ALLOW.replace("allow-all", "allow-everything"))
+    _run_polls(watcher, 1)
+    assert watcher.policy is initial and reports.events == []
+    _run_polls(watcher, 1)
+    assert reports.events == [("reload", ["allow-everything", "no-echo"])]
+    _run_polls(watcher, 3)
+    assert len(reports.events) == 1
+
+
+def test_a_broken_edit_is_reported_once_it_stays_and_its_end_is_reported(tmp_path: Path) -> None:
+    reports = Reports()
+    initial = _two_files(tmp_path)
+    watcher = reports.watcher([tmp_path], initial)
+    write(tmp_path / "20-deny.yaml", BROKEN)
+    _run_polls(watcher, 1)
+    assert reports.events == [] and watcher.status["ok"] is True
+    _run_polls(watcher, 3)
+    assert [kind for kind, _ in reports.events] == ["failure"]
+    assert watcher.status["ok"] is False
+    write(tmp_path / "20-deny.yaml", DENY)
+    _run_polls(watcher, 3)
+    assert reports.events[1:] == [("recovered", initial.version)]
+    assert watcher.status["ok"] is True and watcher.policy is initial
+
+
+def test_files_that_could_not_be_read_for_a_while_end_their_error_when_they_are_back(tmp_path: Path) -> None:
+    # The directory moved away long enough to be reported, then back unchanged (same inodes, same times): the
+    # error stayed in the status (/readyz `ok: false`) for good, since the content read matched the last one tried.
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    reports = Reports()
+    initial = _two_files(policies)
+    watcher = reports.watcher([policies], initial)
+    _run_polls(watcher, 1)  # the watcher has stat'ed the files once
+    os.replace(policies, tmp_path / "elsewhere")
+    _run_polls(watcher, 2)
+    assert [kind for kind, _ in reports.events] == ["failure"]
+    assert "no such policy file or directory" in str(reports.events[0][1])
+    assert watcher.status["ok"] is False
+    os.replace(tmp_path / "elsewhere", policies)
+    _run_polls(watcher, 2)
+    assert reports.events[1:] == [("recovered", initial.version)]
+    assert watcher.status == {"ok": True, "version": initial.version, "loaded_at": watcher.status["loaded_at"],
+                              "error": None, "files": list(initial.files)}
+
+
+def test_reload_now_decides_at_once_and_reports(tmp_path: Path) -> None:
+    reports = Reports()
+    watcher = reports.watcher([tmp_path], _two_files(tmp_path))
+    write(tmp_path / "20-deny.yaml", BROKEN)
+    assert watcher.reload_now() is False
+    assert [kind for kind, _ in reports.events] == ["failure"]
+    write(tmp_path / "20-deny.yaml", DENY.replace("no-echo", "no-echo-at-all"))
+    assert watcher.reload_now() is True
+    assert reports.events[-1] == ("reload", ["allow-all", "no-echo-at-all"])

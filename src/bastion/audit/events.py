@@ -87,8 +87,8 @@ class AuditEvents:
 
     # -- policy and authentication ---------------------------------------------------------------------------------
 
-    def policy_reloaded_soon(self, outcome: Literal["applied", "rejected"], *, source: str, digest: str | None,
-                             rules: int | None = None, error: str | None = None) -> None:
+    def policy_reloaded_soon(self, outcome: Literal["applied", "rejected", "unchanged"], *, source: str,
+                             digest: str | None, rules: int | None = None, error: str | None = None) -> None:
         """From the policy watcher's callback (synchronous)."""
         self.soon(policy_reload_record(at=self._clock(), outcome=outcome, source=source, digest=digest, rules=rules,
                                        error=error))
