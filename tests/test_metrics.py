@@ -15,6 +15,7 @@ EXPECTED = {
     "bastion_catalogue_tools": "gauge",
     "bastion_active_sessions": "gauge",
     "bastion_policy_reloads": "counter",
+    "bastion_policy_reload_failing": "gauge",
     "bastion_audit_sink_failures": "counter",
     "bastion_policy_denials": "counter",
     "bastion_limiter_redis_up": "gauge",
@@ -222,3 +223,16 @@ def test_upstream_latency_series_appears_only_once_an_upstream_answered() -> Non
     assert not any(name.startswith("bastion_upstream_latency") for name, _ in _scrape(m))
     m.observe_call(tool="t", upstream="files", decision="allow", stage="complete", total_s=0.002, upstream_s=0.001)
     assert _scrape(m)[("bastion_upstream_latency_seconds_count", frozenset({("upstream", "files")}))] == 1.0
+
+
+def test_policy_reload_failing_is_a_state_that_holds_until_the_files_load_again() -> None:
+    m = Metrics()
+    failing = ("bastion_policy_reload_failing", frozenset())
+    assert _scrape(m)[failing] == 0
+    m.policy_reloaded("rejected")
+    assert _scrape(m)[failing] == 1
+    m.policy_reloaded("unchanged")  # the files read as the policy in force again
+    assert _scrape(m)[failing] == 0
+    m.policy_reloaded("rejected")
+    m.policy_reloaded("applied")
+    assert _scrape(m)[failing] == 0

@@ -85,6 +85,10 @@ class Metrics:
         self.active_sessions = Gauge("bastion_active_sessions", "Open client sessions.", registry=r)
         self.policy_reloads = Counter("bastion_policy_reloads", "Policy reload attempts by outcome.", ["outcome"],
                                       registry=r)
+        # A state, not an event: a counter's increase ends with its window while the files stay broken.
+        self.policy_reload_failing = Gauge("bastion_policy_reload_failing",
+                                           "1 while the policy files on disk cannot be loaded (the last good policy "
+                                           "is in force), else 0.", registry=r)
         self.audit_sink_failures = Counter("bastion_audit_sink_failures", "Audit records a sink failed to write.",
                                            ["sink"], registry=r)
         self.policy_denials = Counter("bastion_policy_denials", "Calls denied by the access policy, by rule.",
@@ -225,7 +229,10 @@ class Metrics:
         self.active_sessions.set(count)
 
     def policy_reloaded(self, outcome: Literal["applied", "rejected", "unchanged"]) -> None:
+        """Every outcome the watcher reports: a rejection starts a failure, and a swap or a return to the set in
+        force (``unchanged``) ends it."""
         self.policy_reloads.labels(outcome=outcome).inc()
+        self.policy_reload_failing.set(1 if outcome == "rejected" else 0)
 
     def audit_sink_failed(self, sink: str) -> None:
         """Matches ``AuditLog(on_sink_failure=...)``."""

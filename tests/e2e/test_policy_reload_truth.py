@@ -36,6 +36,12 @@ def _policy_status(gw: GatewayProcess) -> dict[str, object]:
     return status
 
 
+def _failing_gauge(gw: GatewayProcess) -> float:
+    body = httpx.get(gw.base + "/metrics", timeout=5).text
+    return next(float(line.split()[-1]) for line in body.splitlines()
+                if line.startswith("bastion_policy_reload_failing "))
+
+
 def _until(condition: object, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
@@ -50,11 +56,13 @@ def test_policy_files_gone_for_a_while_and_back_unchanged_end_the_error(gw: Gate
     os.replace(policies, moved)
     _until(lambda: any(r["outcome"] == "rejected" for r in gw.records("policy.reload")), "no rejected record")
     assert _policy_status(gw)["ok"] is False
+    assert _failing_gauge(gw) == 1
     os.replace(moved, policies)  # the very same files: same inodes, same times
     # The error stayed: /readyz said `ok: false` ("the policy files on disk are invalid") for as long as the
     # gateway ran, since the files read as the content last tried before the failure.
     _until(lambda: _policy_status(gw)["ok"] is True, "/readyz still reports the policy files as invalid")
     assert _policy_status(gw)["version"] == version
+    assert _failing_gauge(gw) == 0
     recovered = [r for r in gw.records("policy.reload") if r["outcome"] == "unchanged"]
     assert [(r["digest"], r["rules"]) for r in recovered] == [(version, 2)]
     assert not [r for r in gw.records("policy.reload") if r["outcome"] == "applied"]
