@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bastion import collector
+from bastion import collector, hangup
 from bastion.approvals.http import approval_routes
 from bastion.assembly import Components, build
 from bastion.auth import metadata_paths, protected_resource_metadata
@@ -104,6 +104,8 @@ def _routes(parts: Components) -> list[Route]:
 def _lifespan(parts: Components) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # First: an upstream slow to start must not leave a window in which SIGHUP kills the process.
+        remove_hangup = hangup.install(lambda: _hangup(parts))
         tasks = []
         if parts.policy_watcher is not None:
             tasks.append(asyncio.create_task(parts.policy_watcher.run(), name="bastion-policy-watcher"))
@@ -147,5 +149,16 @@ def _lifespan(parts: Components) -> Any:
                 await parts.sessions.aclose()
             if parts.redis_clients is not None:
                 await parts.redis_clients.aclose()
+            remove_hangup()
 
     return lifespan
+
+
+def _hangup(parts: Components) -> None:
+    """SIGHUP: read the policy files now (the watcher's own poll, so never two at once)."""
+    config = "read at start only: restart to apply changes to it"
+    if parts.policy_watcher is None:
+        log.info("signal.hangup", policy="none configured", config=config)
+        return
+    log.info("signal.hangup", policy="reading the policy files now", config=config)
+    parts.policy_watcher.request_reload()

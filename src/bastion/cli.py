@@ -23,6 +23,12 @@ from bastion.listener import bind_listener
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from bastion.hangup import ignore_until_started
+
+    # Before the imports below (seconds on a busy host): until the lifespan reloads on SIGHUP, its default action
+    # would end the process mid-start.
+    ignore_until_started()
+
     import uvicorn
 
     from bastion import settings as settings_mod

@@ -245,3 +245,26 @@ def test_reload_now_decides_at_once_and_reports(tmp_path: Path) -> None:
     write(tmp_path / "20-deny.yaml", DENY.replace("no-echo", "no-echo-at-all"))
     assert watcher.reload_now() is True
     assert reports.events[-1] == ("reload", ["allow-all", "no-echo-at-all"])
+
+
+async def test_request_reload_makes_the_running_watcher_decide_at_once(tmp_path: Path) -> None:
+    # An hour between polls, and a change is decided on only at the second look: nothing but the request can
+    # apply this edit while the test runs.
+    applied = asyncio.Event()
+    seen: list[PolicySet] = []
+
+    def on_reload(policy: PolicySet) -> None:
+        seen.append(policy)
+        applied.set()
+
+    watcher = PolicyWatcher([tmp_path], on_reload, interval=3600, initial=_two_files(tmp_path))
+    task = asyncio.create_task(watcher.run())
+    try:
+        await asyncio.sleep(0)
+        write(tmp_path / "20-deny.yaml", DENY.replace("no-echo", "no-echo-now"))
+        watcher.request_reload()
+        async with asyncio.timeout(30):
+            await applied.wait()
+        assert [[r.id for r in p.rules] for p in seen] == [["allow-all", "no-echo-now"]]
+    finally:
+        task.cancel()

@@ -11,12 +11,14 @@ file. A read in such a window finds a set that is valid but is not the one anybo
 deny file, a file cut after its allow rules). So what a poll finds is acted on only once the next poll, an interval
 later, finds exactly the same (``_Seen``): a state that lasted less than an interval is never applied nor reported.
 That holds for errors too (a file missing for a moment is no broken edit), and an error belongs to what was read:
-reading the set in force again ends it, however the error came about. ``reload_now`` (SIGHUP) decides at once.
+reading the set in force again ends it, however the error came about. ``request_reload`` (SIGHUP) and
+``reload_now`` decide at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -73,6 +75,9 @@ class PolicyWatcher:
         self._interval = interval
         self._full_check_every = max(1, full_check_every)
         self._polls = 0
+        # Set by ``request_reload``: the running loop's next poll reads at once and decides without a second look.
+        self._asked = False
+        self._wake = asyncio.Event()
         self._state = _State(initial, _now() if initial else None, None, None,
                              _Seen(initial.version) if initial else None)
 
@@ -95,8 +100,18 @@ class PolicyWatcher:
     async def run(self) -> None:
         """Poll until cancelled. File reads and compiling run in a worker thread; the callbacks in the loop."""
         while True:
-            self.report(await asyncio.to_thread(self.poll))
-            await asyncio.sleep(self._interval)
+            asked, self._asked = self._asked, False
+            self.report(await asyncio.to_thread(self._poll, settle=not asked, force=asked))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
+            self._wake.clear()
+
+    def request_reload(self) -> None:
+        """Have ``run`` read the files at once and decide on what they hold without a second look (SIGHUP: the
+        operator says the edit is complete). Call in the event loop's thread; one poll at a time either way."""
+        self._asked = True
+        self._wake.set()
 
     def poll(self) -> _Outcome:
         """One poll as ``run`` makes it every interval: a change is decided on once two polls found it alike.
@@ -105,8 +120,7 @@ class PolicyWatcher:
 
     def reload_now(self) -> bool:
         """Check the files at once and decide on what they hold now, ignoring mtimes and without waiting for a
-        second look (an operator's explicit request: SIGHUP). True if a new set was swapped in. Reports, so call
-        it in the event loop's thread."""
+        second look. True if a new set was swapped in. Reports, so call it in the event loop's thread."""
         outcome = self._poll(settle=False, force=True)
         self.report(outcome)
         return isinstance(outcome, PolicySet)
