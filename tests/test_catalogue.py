@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace as Up
+
 import pytest
 
 from bastion import catalogue as cat
@@ -112,3 +114,22 @@ def test_prompts_are_namespaced_like_tools() -> None:
     prompt = merged.prompt("b__greet")
     assert prompt is not None
     assert prompt.original_name == "greet"
+
+
+def test_naming_reads_the_configured_prefixes_and_separator_backwards() -> None:
+    naming = cat.Naming.of([Up(name="github", prefix="gh"), Up(name="files", prefix="files"),
+                        Up(name="local", prefix=None)], ".")
+    assert naming.upstreams_of_name("gh.create_issue") == ("github",)
+    assert naming.upstreams_of_name("files.read") == ("files",)
+    assert naming.upstreams_of_name("gh.") == ("local",)  # no tool name after the prefix: not github's
+    assert naming.upstreams_of_name("github__x") == ("local",)  # no configured prefix: the unprefixed upstream's
+    assert naming.upstreams_of_uri("gh+https://api/x") == ("github",)
+    assert naming.upstreams_of_uri("memo://x") == ("local",)
+    # Two unprefixed upstreams: the config alone cannot tell which (the live catalogue's listings can).
+    two = cat.Naming.of([Up(name="a", prefix=None), Up(name="b", prefix="")], "__")
+    assert two.upstreams_of_name("x") == ("a", "b")
+    # Without a config: the default naming, each upstream's prefix being its name.
+    assert cat.Naming().upstreams_of_name("files__read") == ("files",)
+    assert cat.Naming().upstreams_of_name("read") == ()
+    assert cat.Naming().upstreams_of_uri("files+file:///a") == ("files",)
+    assert cat.Naming().upstreams_of_uri("file:///a+b") == ()

@@ -43,6 +43,7 @@ from bastion.auth.config import AuthConfig
 from bastion.auth.known import PrincipalDirectory
 from bastion.broadcast import UpstreamBroadcast
 from bastion.call import AuditHook
+from bastion.catalogue import Naming
 from bastion.changes import ChangeFeed
 from bastion.errors import AuditUnavailable, AuthenticationError
 from bastion.flow import FlowRecorder, FlowStore, MemoryFlowStore, RedisFlowStore
@@ -277,7 +278,8 @@ def build(settings: Settings) -> Components:
     admin = build_console(admin_cfg, AdminSources(
         view=lambda: views.view, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
         auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
-        approvals=approvals, principals=PrincipalDirectory.from_auth(auth_cfg), sessions=lambda: session_count.get("n"),
+        approvals=approvals, principals=PrincipalDirectory.from_auth(auth_cfg),
+        naming=Naming.of(settings.upstreams, settings.catalogue.separator), sessions=lambda: session_count.get("n"),
         started_at=started_at, restarts=restarts, redis=redis_client), guard=_host_guard(admin_cfg, refusals.report)) \
         if admin_cfg.enabled else None
 

@@ -90,6 +90,46 @@ def public_name(prefix: str | None, name: str, separator: str) -> str:
     return f"{prefix}{separator}{name}" if prefix else name
 
 
+@dataclass(frozen=True, slots=True)
+class Naming:
+    """The configured naming (each upstream's prefix, the separator) read backwards: which upstream a public tool
+    or prompt name, or a public resource URI, is of, without a live catalogue. What ``bastion policy explain
+    --config`` and the console's explain form decide with when the catalogue does not list the target: a rule's
+    ``upstreams`` must meet the upstream the gateway would, not a guess from the name."""
+
+    # prefix -> upstream; None: no config at hand, so the default naming is assumed (each upstream's prefix is its
+    # name, ``__`` between), as ``bastion policy test`` cases and ``policy explain`` without ``--config`` do.
+    prefixes: Mapping[str, str] | None = None
+    unprefixed: tuple[str, ...] = ()
+    separator: str = "__"
+
+    @classmethod
+    def of(cls, upstreams: Iterable[Any], separator: str) -> Naming:
+        """From the configured upstreams (``name``, ``prefix``) and ``catalogue.separator``."""
+        listed = list(upstreams)
+        return cls(prefixes={u.prefix: u.name for u in listed if u.prefix},
+                   unprefixed=tuple(u.name for u in listed if not u.prefix), separator=separator)
+
+    def upstreams_of_name(self, public: str) -> tuple[str, ...]:
+        """Every upstream ``public`` could name a tool or prompt of (``public_name`` backwards): those whose prefix
+        and separator begin it with a name left after them; failing that, the unprefixed upstreams."""
+        if self.prefixes is None:
+            head, sep, rest = public.partition(self.separator)
+            return (head,) if sep and head and rest else ()
+        prefixed = tuple(up for prefix, up in self.prefixes.items()
+                         if public.startswith(prefix + self.separator) and len(public) > len(prefix + self.separator))
+        return prefixed or self.unprefixed
+
+    def upstreams_of_uri(self, uri: str) -> tuple[str, ...]:
+        """Every upstream a public resource URI (in canonical form) could be of: ``route_uri`` without the
+        listings, which tell the unprefixed upstreams' URIs apart."""
+        if self.prefixes is None:
+            head, sep, rest = uri.partition("+")
+            return (head,) if sep and head and ":" not in head and ":" in rest else ()
+        routed = prefixed_uri(self.prefixes, uri)
+        return (routed[0],) if routed is not None else self.unprefixed
+
+
 def build(lists: Iterable[UpstreamLists], *, separator: str = "__",
           on_collision: Literal["first", "reject"] = "first") -> Catalogue:
     """Merge upstream lists, in config order, into one catalogue.
@@ -197,9 +237,9 @@ def route_uri(catalogue: Catalogue, uri: str, unprefixed: Sequence[str]) -> tupl
 
     The original URI is the canonical one without the prefix: what the policy judged is what the upstream is sent.
     An unprefixed upstream's listed URIs and templates are compared in canonical form too."""
-    head, sep, rest = uri.partition("+")
-    if sep and head in catalogue.prefixes and ":" in rest:
-        return catalogue.prefixes[head], rest
+    routed = prefixed_uri(catalogue.prefixes, uri)
+    if routed is not None:
+        return routed
     for upstream, res in catalogue.resources:
         listed = res.get("uri")
         if upstream in unprefixed and isinstance(listed, str) and (listed == uri or try_canonical(listed) == uri):
@@ -209,6 +249,14 @@ def route_uri(catalogue: Catalogue, uri: str, unprefixed: Sequence[str]) -> tupl
             return upstream, uri
     if len(unprefixed) == 1:
         return unprefixed[0], uri
+    return None
+
+
+def prefixed_uri(prefixes: Mapping[str, str], uri: str) -> tuple[str, str] | None:
+    """(upstream, original URI) for a URI published as ``<prefix>+<uri>`` (``public_uri``), else None."""
+    head, sep, rest = uri.partition("+")
+    if sep and head in prefixes and ":" in rest:
+        return prefixes[head], rest
     return None
 
 

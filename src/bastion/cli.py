@@ -133,12 +133,14 @@ async def _audit_pin_decision(args: argparse.Namespace, event: Any) -> None:
             await client.aclose()
 
 
-def _gateway_config(path: str) -> tuple[Any, list[Path]]:
-    """A gateway config's ``auth`` section and policy paths, for ``bastion policy explain --config``."""
+def _gateway_config(path: str) -> tuple[Any, list[Path], Any]:
+    """A gateway config's ``auth`` section, policy paths and upstream naming, for ``bastion policy explain
+    --config``."""
     from bastion import settings as settings_mod
+    from bastion.catalogue import Naming
 
     cfg = settings_mod.load(path)
-    return cfg.section("auth"), list(cfg.policies)
+    return cfg.section("auth"), list(cfg.policies), Naming.of(cfg.upstreams, cfg.catalogue.separator)
 
 
 def _pin_store(args: argparse.Namespace) -> Any:

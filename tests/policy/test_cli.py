@@ -159,3 +159,14 @@ def test_explain_resource_decides_and_shows_the_canonical_form(tmp_path: Path) -
     out = json.loads(result.stdout)
     assert (out["decision"], out["rule"], out["resource"]) == ("deny", "no-secrets",
                                                                "files+file:///srv/secret/key.pem")
+
+
+def test_resource_cases_default_to_the_upstream_their_prefix_names(tmp_path: Path) -> None:
+    # `upstreams:` meets a resource case as it meets the gateway's request for `files+file:///...`.
+    (tmp_path / "p.yaml").write_text("version: 1\nrules:\n  - id: files-all\n    effect: allow\n"
+                                     "    upstreams: [files]\n")
+    (tmp_path / "cases.yaml").write_text(
+        "policies: p.yaml\ncases:\n  - principal: {id: a}\n    resource: files+file:///srv/a.txt\n"
+        "    expect: allow\n    rule: files-all\n")
+    done = cli("test", str(tmp_path / "cases.yaml"))
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -46,6 +46,7 @@ from bastion.admin.tap import AuditTap
 from bastion.approvals import ApprovalEvent, NotAnApprover
 from bastion.audit.record import admin_action_record, approval_record, pin_approve_record
 from bastion.auth.known import ResolvedPrincipal
+from bastion.catalogue import Naming
 from bastion.errors import AuthenticationError
 from bastion.pinning.errors import PinningError, PinStoreUnavailable
 from bastion.policy.cases import tool_entry
@@ -506,9 +507,10 @@ class Console:
                     fields["principal"].strip(), groups=(g.strip() for g in fields["groups"].split(",")),
                     claims=claims)
                 who = _who(resolved)
-                # The tool as the catalogue has it (its real annotations), else a bare one by name.
+                # The tool as the catalogue has it (its real annotations), else a bare one by name, of the
+                # upstream the configured prefixes give it (a rule's ``upstreams`` must meet the gateway's).
                 entry = self.src.view().catalogue.tool(fields["tool"]) or \
-                    tool_entry(fields["tool"], None, {})
+                    tool_entry(fields["tool"], _upstream_by_name(self.src.naming, fields["tool"]), {})
                 decision = holder.current.decide(resolved.principal, entry, arguments)
                 result = decision_json(decision, holder.current)
             except ValueError as exc:
@@ -519,6 +521,14 @@ class Console:
                           error or f"{principal_text}: {result['decision'] if result else ''}")
         return self._render("policy.html", request, session, status=400 if error else 200,
                             p=self._policy_context(), result=result, who=who, form=fields, error=error)
+
+
+def _upstream_by_name(naming: Naming, tool: str) -> str:
+    found = naming.upstreams_of_name(tool)
+    if len(found) != 1:
+        raise ValueError(f"tool {tool!r} is not in the catalogue now, and the configured prefixes "
+                         + ("name no upstream of it" if not found else f"fit upstream {' or '.join(sorted(found))}"))
+    return found[0]
 
 
 def _json_object(text: str, name: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from bastion.approvals import ApprovalService
 from bastion.audit.log import AuditLog
 from bastion.auth import Authenticator
 from bastion.auth.known import PrincipalDirectory
+from bastion.catalogue import Naming
 from bastion.health import HealthMonitor
 from bastion.pinning.service import Pinning
 from bastion.policy.guard import PolicyHolder
@@ -43,6 +44,8 @@ class AdminSources:
     # JWT subjects are accepted): the principal as the gateway sees it, for the catalogue's per-principal view and
     # the explain form (``PrincipalDirectory.resolve``, as ``bastion policy explain --config``).
     principals: PrincipalDirectory = field(default_factory=PrincipalDirectory)
+    # The configured prefixes: the upstream of a tool the catalogue does not list now, for the explain form.
+    naming: Naming = field(default_factory=Naming)
     # The number of live sessions, as the sweeper last counted them (``None``: not counted yet).
     sessions: Callable[[], int | None] = lambda: None
     started_at: float = field(default_factory=time.time)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import jsonschema
 
+from bastion.catalogue import Naming
 from bastion.errors import ConfigError
 from bastion.policy.decide import PolicySet
 from bastion.policy.flow import FlowHistory, Touch, touches_for
@@ -18,6 +19,7 @@ from bastion.policy.model import Decision, Kind
 from bastion.principal import Principal
 from bastion.tool_entry import ToolEntry
 from bastion.units import parse_duration
+from bastion.uris import try_canonical
 from bastion.yamlfile import load_yaml_text
 
 _UNSET = "<unset>"
@@ -54,9 +56,20 @@ class CaseFile:
     cases: tuple[Case, ...]
 
 
+# Case files carry no gateway config: the default naming (each upstream's prefix is its name) is assumed.
+_DEFAULT_NAMING = Naming()
+
+
 def upstream_of(public_name: str) -> str:
-    """The upstream a public name belongs to by bastion's naming convention ``<prefix>__<tool>``."""
-    return public_name.split("__", 1)[0] if "__" in public_name else ""
+    """The upstream a public name belongs to by bastion's default naming ``<upstream>__<tool>``."""
+    found = _DEFAULT_NAMING.upstreams_of_name(public_name)
+    return found[0] if found else ""
+
+
+def upstream_of_uri(uri: str) -> str:
+    """The upstream a public resource URI belongs to by bastion's default naming ``<upstream>+<uri>``."""
+    found = _DEFAULT_NAMING.upstreams_of_uri(try_canonical(uri) or uri)
+    return found[0] if found else ""
 
 
 def tool_entry(public_name: str, upstream: str | None = None,
@@ -94,7 +107,7 @@ def load_cases(path: Path) -> CaseFile:
         cases.append(Case(
             name=raw.get("name") or f"case {i + 1} (line {doc.line_of(f'cases[{i}]')})",
             principal=principal, kind=kind, target=target,
-            upstream=raw.get("upstream") or (upstream_of(target) if kind != "resource" else ""),
+            upstream=raw.get("upstream") or (upstream_of(target) if kind != "resource" else upstream_of_uri(target)),
             annotations=raw.get("annotations", {}), args=raw.get("args", {}) if kind == "tool" else None,
             expect=raw["expect"], rule=raw.get("rule", _UNSET),
             shadow=tuple(raw["shadow"]) if "shadow" in raw else None,

@@ -20,6 +20,7 @@ from typing import Any
 
 from bastion.auth.config import AuthConfig
 from bastion.auth.known import PrincipalDirectory, ResolvedPrincipal
+from bastion.catalogue import Naming
 from bastion.errors import ConfigError
 from bastion.policy.cases import check_case, load_cases, tool_entry
 from bastion.policy.decide import PolicySet
@@ -38,9 +39,9 @@ EXIT_ERROR = 2
 DEFAULT_POLICIES = Path("policies")
 
 
-# Reads a gateway config file: its ``auth`` section (None without one) and its policy paths. Given by the
-# ``bastion`` command, which owns loading configs; this module only decides policies.
-GatewayConfig = Callable[[str], tuple[AuthConfig | None, list[Path]]]
+# Reads a gateway config file: its ``auth`` section (None without one), its policy paths and its upstreams'
+# naming. Given by the ``bastion`` command, which owns loading configs; this module only decides policies.
+GatewayConfig = Callable[[str], tuple[AuthConfig | None, list[Path], Naming]]
 
 
 def register(subparsers: Any, gateway_config: GatewayConfig | None = None) -> None:
@@ -66,7 +67,9 @@ def register(subparsers: Any, gateway_config: GatewayConfig | None = None) -> No
     target.add_argument("--tool", metavar="NAME", help="public tool name, e.g. files__read_file")
     target.add_argument("--prompt", metavar="NAME", help="public prompt name")
     target.add_argument("--resource", metavar="URI", help="resource URI")
-    explain.add_argument("--upstream", metavar="U", help="the target's upstream (default: the NAME's prefix)")
+    explain.add_argument("--upstream", metavar="U",
+                         help="the target's upstream (default: with --config, the upstream whose prefix the name "
+                              "or URI carries, as the gateway routes it; without, the NAME's prefix)")
     explain.add_argument("--annotations", metavar="JSON", help="the tool's annotations as the upstream sends them")
     explain.add_argument("--args", metavar="JSON", help="call arguments (default: {})")
     explain.add_argument("--touched", action="append", default=[], metavar="LABEL",
@@ -99,11 +102,12 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     try:
-        resolved, policy_paths = _principal_and_policies(args)
+        resolved, policy_paths, naming = _principal_and_policies(args)
         policy = load_policies(policy_paths)
         principal = resolved.principal
-        decision = _explain(policy, principal, args)
-        labels = sorted(policy.labels_of(_explained_tool(args))) if args.tool else []
+        upstream = _target_upstream(args, naming)
+        decision = _explain(policy, principal, args, upstream)
+        labels = sorted(policy.labels_of(_explained_tool(args, upstream))) if args.tool else []
     except ConfigError as exc:
         print(f"error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
@@ -115,6 +119,7 @@ def run_explain(args: argparse.Namespace) -> int:
             out["resource"] = canonical
         out["principal"] = {"id": principal.id, "groups": sorted(principal.groups), "source": resolved.source,
                             "detail": resolved.detail, "ignored": list(resolved.ignored)}
+        out["upstream"] = upstream
         print(json_text(out, indent=2))
     else:
         groups = ", ".join(printable(g) for g in sorted(principal.groups)) or "none"
@@ -126,6 +131,7 @@ def run_explain(args: argparse.Namespace) -> int:
                   "the source above")
         if args.resource:
             print(f"resource: {printable(canonical) if canonical is not None else '(refused: no canonical form)'}")
+        _field("upstream", upstream or "(none)")
         _print_decision(decision, policy, labels)
     return EXIT_OK if decision.allowed else EXIT_FAILED
 
@@ -150,19 +156,20 @@ def run_test(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _principal_and_policies(args: argparse.Namespace) -> tuple[ResolvedPrincipal, list[Path]]:
-    """The principal to explain and the policy files. With ``--config``, as the gateway would see it (the same
-    ``PrincipalDirectory.resolve`` as the admin console); without, as given on the command line."""
+def _principal_and_policies(args: argparse.Namespace) -> tuple[ResolvedPrincipal, list[Path], Naming]:
+    """The principal to explain, the policy files and the upstreams' naming. With ``--config``, as the gateway
+    would see them (the same ``PrincipalDirectory.resolve`` as the admin console, the configured prefixes);
+    without, as given on the command line."""
     claims = _claims(args.claim)
     if args.config is None:
         principal = Principal(id=args.principal, groups=frozenset(args.group), attributes=MappingProxyType(claims))
         return ResolvedPrincipal(principal, "entered", "as given (--group, --claim); --config resolves it as the "
                                                        "gateway authenticates it"), \
-            list(args.policies or [DEFAULT_POLICIES])
+            list(args.policies or [DEFAULT_POLICIES]), Naming()
     load: GatewayConfig | None = getattr(args, "gateway_config", None)
     if load is None:
         raise ConfigError("--config is not available here")
-    auth, configured = load(args.config)
+    auth, configured, naming = load(args.config)
     directory = PrincipalDirectory.from_auth(auth)
     try:
         resolved = directory.resolve(args.principal, groups=args.group, claims=claims)
@@ -172,28 +179,50 @@ def _principal_and_policies(args: argparse.Namespace) -> tuple[ResolvedPrincipal
     if not paths:
         raise ConfigError(f"{args.config}: no 'policies' configured: every authenticated principal may call every "
                           "tool (or name policy files with --policies)")
-    return resolved, paths
+    return resolved, paths, naming
 
 
-def _explain(policy: PolicySet, principal: Principal, args: argparse.Namespace) -> Decision:
-    if args.prompt:
-        return policy.decide_prompt(principal, args.upstream or args.prompt.split("__", 1)[0], args.prompt)
+def _target_upstream(args: argparse.Namespace, naming: Naming) -> str:
+    """The upstream the gateway would route the target to: ``--upstream``, else by the naming (the configured
+    prefixes with ``--config``): a rule's ``upstreams`` must meet what the gateway meets, not a guess."""
+    if args.upstream:
+        return str(args.upstream)
     if args.resource:
-        return policy.decide_resource(principal, args.upstream or "", args.resource)
+        what, found = f"resource {args.resource!r}", naming.upstreams_of_uri(try_canonical(args.resource)
+                                                                              or args.resource)
+    else:
+        name = args.tool or args.prompt
+        what, found = f"{'tool' if args.tool else 'prompt'} {name!r}", naming.upstreams_of_name(name)
+    if len(found) == 1:
+        return found[0]
+    if naming.prefixes is None:
+        return ""  # no config: nothing better to go on than the name, which carries no prefix
+    if not found:
+        raise ConfigError(f"no upstream of the config publishes {what} (prefixes: "
+                          f"{', '.join(sorted(naming.prefixes)) or 'none'}); name one with --upstream")
+    raise ConfigError(f"{what} could be of upstream {' or '.join(sorted(found))}: the config alone cannot tell "
+                      "(the live catalogue can: the console's explain form); name one with --upstream")
+
+
+def _explain(policy: PolicySet, principal: Principal, args: argparse.Namespace, upstream: str) -> Decision:
+    if args.prompt:
+        return policy.decide_prompt(principal, upstream, args.prompt)
+    if args.resource:
+        return policy.decide_resource(principal, upstream, args.resource)
     arguments = None if args.list else _json_arg(args.args, "--args", {})
     if not (arguments is None or isinstance(arguments, dict)):
         raise ConfigError("--args must be a JSON object")
     # --touched: the labels the caller's context already touched (one earlier call each, just now).
     history = FlowHistory(tuple(Touch(label, "(--touched)", 0.0, f"touched[{i}]")
                                 for i, label in enumerate(args.touched)), 0.0)
-    return policy.decide(principal, _explained_tool(args), arguments, history)
+    return policy.decide(principal, _explained_tool(args, upstream), arguments, history)
 
 
-def _explained_tool(args: argparse.Namespace) -> ToolEntry:
+def _explained_tool(args: argparse.Namespace, upstream: str) -> ToolEntry:
     annotations = _json_arg(args.annotations, "--annotations", {})
     if not isinstance(annotations, dict):
         raise ConfigError("--annotations must be a JSON object")
-    return tool_entry(args.tool, args.upstream, annotations)
+    return tool_entry(args.tool, upstream, annotations)
 
 
 def _claims(pairs: list[str]) -> dict[str, Any]:
