@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import structlog
@@ -27,7 +27,7 @@ from bastion.server.asgi import GatewayApp
 from bastion.server.checks import HostGuard
 from bastion.sessions.sweep import IndexedRedisSessions
 from bastion.settings import Settings
-from bastion.stopping import cancel_and_wait
+from bastion.stopping import StopRequest, cancel_and_wait
 
 log = structlog.get_logger("bastion.app")
 
@@ -106,29 +106,23 @@ def _lifespan(parts: Components) -> Any:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # First: an upstream slow to start must not leave a window in which SIGHUP kills the process.
         remove_hangup = hangup.install(lambda: _hangup(parts))
+        parts.stop.bind()
         tasks = []
         if parts.policy_watcher is not None:
             tasks.append(asyncio.create_task(parts.policy_watcher.run(), name="bastion-policy-watcher"))
         if parts.pin_watcher is not None:
             tasks.append(asyncio.create_task(parts.pin_watcher.run(), name="bastion-pin-watcher"))
-        # Cluster slot map / Sentinel primary discovered now, not inside the first calls' limiter budget.
-        if parts.redis_clients is not None and not await parts.redis_clients.warm():
-            log.warning("redis.unreachable_at_start")
-        for probe in parts.redis_probes:
-            await probe()
-        # Before serving (uvicorn listens once this returns): one full collection at the end, stalling no client,
-        # instead of the many the first catalogue build would set off; then what survived is frozen.
-        with collector.start_up():
-            await parts.pool.start()
-            parts.sweeper.start()
-            if parts.admin is not None:
-                await parts.admin.start()
-            await parts.approvals.start()
-        # From now on the collector runs on a clock, not every few hundred allocations (bastion.collector).
-        tasks.append(asyncio.create_task(collector.Periodic().run(), name="bastion-collector"))
-        log.info("bastion.ready", path=parts.settings.listen.path, upstreams=parts.pool.health(),
-                 tools=len(parts.gateway.view.catalogue.tools))
         try:
+            # A stop asked for meanwhile (SIGTERM) ends the start-up where it is: its waits (an upstream that does
+            # not answer its initialize, Redis timeouts) would otherwise run their course first, then "ready".
+            if await _unless_stopped(_start_up(parts), parts.stop):
+                # From now on the collector runs on a clock, not every few hundred allocations (bastion.collector).
+                tasks.append(asyncio.create_task(collector.Periodic().run(), name="bastion-collector"))
+                log.info("bastion.ready", path=parts.settings.listen.path, upstreams=parts.pool.health(),
+                         tools=len(parts.gateway.view.catalogue.tools))
+            else:
+                # The server sees its own stop flag once this returns and shuts down: through ``finally`` below.
+                log.info("bastion.stopped_during_start", upstreams=parts.pool.health())
             yield
         finally:
             if parts.admin is not None:
@@ -152,6 +146,38 @@ def _lifespan(parts: Components) -> Any:
             remove_hangup()
 
     return lifespan
+
+
+async def _start_up(parts: Components) -> None:
+    # Cluster slot map / Sentinel primary discovered now, not inside the first calls' limiter budget.
+    if parts.redis_clients is not None and not await parts.redis_clients.warm():
+        log.warning("redis.unreachable_at_start")
+    for probe in parts.redis_probes:
+        await probe()
+    # Before serving (uvicorn listens once this returns): one full collection at the end, stalling no client,
+    # instead of the many the first catalogue build would set off; then what survived is frozen.
+    with collector.start_up():
+        await parts.pool.start()
+        parts.sweeper.start()
+        if parts.admin is not None:
+            await parts.admin.start()
+        await parts.approvals.start()
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stop: StopRequest) -> bool:
+    """Run ``work`` unless and until a stop is requested: True if it finished, False if the stop came first (then
+    it was cancelled, and has finished). Its own failure is raised."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        # This coroutine cancelled too (the lifespan ended from outside): take the start-up with it.
+        await cancel_and_wait([stopped] + ([] if task.done() else [task]))
+    if task.done() and not task.cancelled():
+        task.result()
+        return True
+    return False
 
 
 def _hangup(parts: Components) -> None:

@@ -87,6 +87,7 @@ from bastion.sessions.redis_store import RedisSessionStore
 from bastion.sessions.store import MemorySessionStore, SessionData, SessionStore
 from bastion.sessions.sweep import IndexedRedisSessions, SessionSweeper, SweptStore
 from bastion.settings import ListenConfig, Settings
+from bastion.stopping import StopRequest
 from bastion.tracing import Tracing, build_tracing
 from bastion.upstream.config import build_upstream
 from bastion.upstream.httpio import upstream_client
@@ -135,6 +136,8 @@ class Components:
     # One real operation per Redis use, run once at start-up before serving: each health gauge starts from what
     # it measured (``bastion_redis_up{use}``, ``bastion_limiter_redis_up``), never from an assumption.
     redis_probes: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # A stop (SIGTERM) asked for by the server: the lifespan's start-up gives way to it (``app.serve``).
+    stop: StopRequest = field(default_factory=StopRequest)
 
     @property
     def redis(self) -> aioredis.Redis | None:

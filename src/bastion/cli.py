@@ -12,14 +12,18 @@ import argparse
 import math
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from bastion import __version__
 from bastion.errors import ConfigError
 from bastion.listener import bind_listener
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -57,10 +61,23 @@ def _serve(args: argparse.Namespace) -> int:
                             # upgrades.
                             http=app.state.bastion.http_protocol, ws="none",
                             timeout_keep_alive=math.ceil(cfg.listen.keep_alive_timeout_s))
-    server = uvicorn.Server(config)
+    server = _server(config, app.state.bastion.stop.request)
     server.run(sockets=[sock])
     # As uvicorn.run: a lifespan that failed at start-up (never served) is exit code 3.
     return 0 if server.started else 3
+
+
+def _server(config: uvicorn.Config, on_exit: Callable[[], None]) -> uvicorn.Server:
+    """uvicorn's server, telling the app of a stop as well: uvicorn only sets a flag, which it reads after the
+    lifespan's start-up, so a start-up waiting on an upstream would run its waits out first (``StopRequest``)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            on_exit()
+
+    return Server(config)
 
 
 def _check(args: argparse.Namespace) -> int:

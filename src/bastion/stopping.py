@@ -27,7 +27,7 @@ import asyncio
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["cancel_and_wait", "finish"]
+__all__ = ["StopRequest", "cancel_and_wait", "finish"]
 
 T = TypeVar("T")
 
@@ -70,3 +70,34 @@ async def finish(cleanup: Awaitable[T]) -> T:
             inner.exception()  # retrieved: the cancellation is what this task reports now
         raise interrupted
     return inner.result()
+
+
+class StopRequest:
+    """A stop asked for by a signal, for coroutines to see: the server's signal handler calls ``request`` (in the
+    main thread, between any two bytecodes of whatever the loop runs), the lifespan awaits ``wait``.
+
+    uvicorn only sets a flag on SIGTERM, which it reads once the lifespan's start-up returns; a start-up waiting on
+    an upstream that does not answer would otherwise finish its wait (the upstream's timeout), log ``ready`` and
+    only then stop."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+        self.requested = False
+
+    def bind(self) -> None:
+        """In the event loop that will ``wait``: a request made before this is kept."""
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        if self.requested:
+            self._event.set()
+
+    def request(self) -> None:
+        """Safe in a signal handler: the event is set by the loop itself, woken through its self-pipe."""
+        self.requested = True
+        if self._loop is not None and self._event is not None:
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self) -> None:
+        assert self._event is not None, "StopRequest.wait before bind"
+        await self._event.wait()

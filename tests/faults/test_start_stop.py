@@ -73,3 +73,38 @@ def test_the_demo_stops_with_all_its_children_on_sigterm_to_its_own_pid() -> Non
             demo.wait()
         for pid in wait_gone(children, 0):  # whatever the demo left behind must not outlive the test
             os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_while_the_start_waits_on_an_upstream_stops_without_waiting_it_out(tmp_path: Path) -> None:
+    # An upstream that never answers its initialize: uvicorn only read its stop flag once the lifespan's start-up
+    # returned, so a SIGTERM waited the handshake's timeout out (30 s), logged bastion.ready, then stopped.
+    config = tmp_path / "bastion.yaml"
+    port = free_port()
+    config.write_text(yaml.safe_dump({
+        "auth": "none", "listen": {"host": "127.0.0.1", "port": port},
+        "upstreams": {"mute": {"command": ["/bin/sleep", "3600"], "era": "legacy", "timeout": "3600s",
+                               "max_timeout": "3600s"}},
+    }))
+    stderr = tmp_path / "stderr"
+    proc = subprocess.Popen([sys.executable, "-m", "bastion", "serve", "--config", str(config)], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src"), "BASTION_LOG_FORMAT": "json"},
+                            stdout=subprocess.DEVNULL, stderr=stderr.open("wb"))
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while "upstream.spawned" not in stderr.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, stderr.read_text()
+            time.sleep(0.1)
+        children = descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        logs = stderr.read_text()
+        assert "bastion.ready" not in logs
+        assert "bastion.stopped_during_start" in logs
+        assert wait_gone(children, 10) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in wait_gone(children, 0):
+            os.kill(pid, signal.SIGKILL)
