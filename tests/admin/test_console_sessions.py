@@ -160,3 +160,22 @@ async def test_while_redis_is_down_a_logout_holds_on_its_replica_and_says_so(tmp
         assert (await on_a.get("/policy")).status_code == 303  # this replica's own revocation holds
         # The documented limit: another replica cannot be told, and an admin is not locked out by the outage.
         assert (await on_b.get("/policy")).status_code == 200
+
+
+async def test_a_replica_that_saw_a_revocation_keeps_it_when_redis_loses_it(tmp_path: Path,
+                                                                            private_redis: RedisServer) -> None:
+    # Replica B learnt of A's logout from Redis on every request, and only there: Redis restarted without
+    # persistence (or down) gave the logged-out cookie its session back on B until the cookie's own expiry.
+    shared: dict[str, Any] = {"redis": {"url": private_redis.url}, "admin": {"port": 0, "secret": "s" * 40}}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with console(tmp_path / "a", **shared) as (_, on_a), console(tmp_path / "b", **shared) as (_, on_b):
+        await login(on_a)
+        on_b.cookies.set(COOKIE, on_a.cookies[COOKIE])
+        assert (await on_b.get("/policy")).status_code == 200
+        assert (await logout(on_a)).status_code == 303
+        assert (await on_b.get("/policy")).status_code == 303  # B reads the revocation from Redis
+        private_redis.kill()
+        assert (await on_b.get("/policy")).status_code == 303  # Redis down: B still knows
+        private_redis.start()  # back, empty
+        assert (await on_b.get("/policy")).status_code == 303

@@ -7,7 +7,8 @@ own expiry (past it the signature check refuses the cookie anyway), and every co
 stream asks ``revoked``.
 
 Scope: always this replica (an in-memory map, pruned of expired entries on each revocation: it holds at most the
-sessions logged out within one ``admin.session_ttl_s``, each logout needing an admin credential). With Redis
+sessions logged out within one ``admin.session_ttl_s``, each logout needing an admin credential, and those of them
+this replica was shown since, which it found revoked in Redis and keeps from then on). With Redis
 configured, also every replica sharing it: one key per revoked session (``bastion:admin:revoked:<sid>``) expiring
 with the session. Without Redis, another replica signing with the same ``admin.secret`` accepts a logged-out cookie
 until it expires (without ``admin.secret`` each replica has its own key, and no other replica ever accepted it).
@@ -92,6 +93,10 @@ class Revocations:
             log.warning("admin.revocation_unchecked",
                         detail=f"Redis unavailable ({type(exc).__name__}): only this replica's logouts are checked")
             return False
+        if found:
+            # A revocation is final until the session's expiry: once seen, this replica keeps it, so a Redis that
+            # goes away or restarts empty (no persistence) cannot give a logged-out cookie back its session.
+            self._local[session.sid] = session.expires
         return bool(found)
 
     async def wait_ended(self, session: AdminSession) -> None:
