@@ -132,3 +132,28 @@ async def test_a_redis_that_never_answers_fails_closed() -> None:
         finally:
             await client.aclose()
 
+
+
+async def test_a_redis_restarted_empty_does_not_trust_a_quarantined_rug_pull_anew(
+        private_redis: RedisServer) -> None:
+    # Redis without persistence restarted (or flushed) under a running gateway: every pin was gone, so the next
+    # refresh pinned the poisoned read_file as a trust-on-first-use "approved" tool, and clients could call it.
+    client = aioredis.Redis.from_url(private_redis.url)
+    pinning = Pinning(open_store(PinningConfig(), client), PinningConfig())
+    try:
+        await pinning.reconcile("files", [read_file(), list_dir()])
+        assert (await pinning.reconcile("files", [read_file(POISONED), list_dir()])).quarantined == {"read_file"}
+        private_redis.kill()
+        private_redis.start()
+        after = await pinning.reconcile("files", [read_file(POISONED), list_dir()])
+        if after.degraded:  # the client's pooled connection died with the old server: failed static, once
+            after = await pinning.reconcile("files", [read_file(POISONED), list_dir()])
+        assert not after.degraded
+        assert after.quarantined == {"read_file"}
+        assert [e.event for e in after.events if e.event == "pin.new"] == []
+        # Written back: the store holds the approved definition and the pending change again, for every replica.
+        (pin,) = [p.pin for p in await pinning.list("files") if p.pin.tool == "read_file"]
+        assert pin.fingerprint == fingerprint(read_file())
+        assert pin.candidate is not None and pin.candidate.fingerprint == fingerprint(read_file(POISONED))
+    finally:
+        await client.aclose()

@@ -165,3 +165,16 @@ async def test_each_quarantine_names_the_decision_that_made_it(tmp_path: Path) -
     changed = await pinning.reconcile("fs", [{**read_file(), "description": POISONED}, list_dir()])
     assert changed.quarantined == {"read_file"}
     assert quarantine_reason(changed, "read_file") == "definition changed since it was pinned; awaiting approval"
+
+
+async def test_a_pins_file_replaced_under_a_running_gateway_loses_no_pin(tmp_path: Path) -> None:
+    pinning = make(tmp_path)
+    await pinning.reconcile("files", [read_file(), list_dir()])
+    assert (await pinning.reconcile("files", [read_file(POISONED), list_dir()])).quarantined == {"read_file"}
+    (tmp_path / "pins.json").unlink()  # restored from an old backup, a volume re-created, ...
+    with capture_logs() as logs:
+        after = await pinning.reconcile("files", [read_file(POISONED), list_dir()])
+    assert after.quarantined == {"read_file"}
+    [lost] = [e for e in logs if e["event"] == "pin.store_lost"]
+    assert (lost["log_level"], lost["restored"], lost["tools"]) == ("error", 2, ["list_dir", "read_file"])
+    assert [p.pin.tool for p in await pinning.list("files")] == ["list_dir", "read_file"]

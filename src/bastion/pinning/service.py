@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -79,11 +79,19 @@ class Pinning:
         trusted = self.cfg.is_trusted(upstream)
         now = self._now()
         read: dict[str, Pin] = {}
+        lost: dict[str, Pin] = {}
 
         def plan(pins: Mapping[str, Pin]) -> rules.Reconciliation:
+            # bastion never deletes a pin, so one this replica verified and the store no longer holds was lost
+            # (Redis restarted without persistence or flushed, the pins file replaced): decided as a first use,
+            # a quarantined rug pull would be pinned as trusted. It is written back and decided on instead.
+            lost.clear()
+            lost.update((tool, pin) for tool, pin in self._verified.get(upstream, {}).items() if tool not in pins)
             read.clear()
             read.update(pins)
-            return rules.decide(pins, tools, upstream=upstream, trusted=trusted, now=now)
+            read.update(lost)
+            decided = rules.decide(read, tools, upstream=upstream, trusted=trusted, now=now)
+            return replace(decided, writes={**lost, **decided.writes}) if lost else decided
 
         try:
             result = await self.store.update(upstream, plan)
@@ -91,6 +99,11 @@ class Pinning:
             return self._fail_static(upstream, tools, exc)
         self._verified[upstream] = {**read, **result.writes}
         self._store_state("ok")
+        if lost:
+            log.error("pin.store_lost", upstream=upstream, restored=len(lost), tools=sorted(lost)[:_PINNED_NAMES],
+                      detail="the pin store no longer held pins this gateway had verified (Redis restarted empty "
+                             "or flushed, the pins file replaced); they were written back, and the tools decided "
+                             "against them, not trusted anew")
         pinned = [event.tool for event in result.events if event.event == "pin.new"]
         if pinned:
             # One line per upstream at info, each tool at debug: a first start pins every tool of every upstream,
