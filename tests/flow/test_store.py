@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from bastion.flow.store import FlowStore, MemoryFlowStore, RedisFlowStore
+from bastion.flow.store import FlowStore, HistoryLost, MemoryFlowStore, RedisFlowStore
 from bastion.policy.flow import Touch
 from bastion.redisconn import SHARED, open_client
 from tests.support.redis_server import RedisServer
@@ -72,5 +72,50 @@ async def test_redis_down_raises_for_the_guard_to_fail_closed(private_redis: Red
     try:
         with pytest.raises(Exception):  # noqa: B017 - any failure: the caller treats them all alike
             await store.history("s:x", 0)
+    finally:
+        await client.aclose()
+
+
+async def test_a_history_redis_lost_raises_until_the_lost_touch_is_out_of_reach(private_redis: RedisServer) -> None:
+    # Redis restarted empty (or flushed): the context read as never having touched anything, so a flow rule that
+    # denied a session's exfiltration allowed it once Redis came back.
+    client = open_client(private_redis.url, SHARED)
+    store = RedisFlowStore(client)
+    try:
+        await store.add("s:a", [t("private_data", 100.0, "c1"), t("untrusted", 101.0, "c2")], retention_s=600,
+                        max_touches=10)
+        await store.add("s:b", [t("private_data", 100.0, "c3")], retention_s=600, max_touches=10)
+        assert [x.call_id for x in await store.history("s:a", 0)] == ["c1", "c2"]
+        await client.flushall()
+        with pytest.raises(HistoryLost, match="s:a"):
+            await store.history("s:a", 0)
+        assert await store.history("s:a", 101.5) == ()  # the lost touches are out of this read's reach
+        assert await store.history("s:new", 0) == ()  # a context this replica never wrote to: nothing to miss
+        # A touch written after the loss, before any read: the write itself finds its predecessor gone, so a read
+        # that finds the new touch still knows the history before it is incomplete.
+        await store.add("s:b", [t("untrusted", 102.0, "c4")], retention_s=600, max_touches=10)
+        with pytest.raises(HistoryLost, match="s:b"):
+            await store.history("s:b", 0)
+        assert [x.call_id for x in await store.history("s:b", 100.5)] == ["c4"]
+    finally:
+        await client.aclose()
+
+
+async def test_a_touch_that_could_not_be_written_counts_as_lost(private_redis: RedisServer) -> None:
+    client = open_client(private_redis.url, SHARED)
+    store = RedisFlowStore(client, timeout_s=0.5)
+    try:
+        private_redis.kill()
+        with pytest.raises(Exception):  # noqa: B017 - whatever the client raises
+            await store.add("s:a", [t("private_data", 100.0, "c1")], retention_s=600, max_touches=10)
+        private_redis.start()
+        outcomes = []
+        for _ in range(3):  # the first read may meet the pooled connection that died with the old server
+            try:
+                await store.history("s:a", 0)
+                outcomes.append("read")
+            except Exception as exc:
+                outcomes.append(type(exc).__name__)
+        assert outcomes[-1] == "HistoryLost", outcomes
     finally:
         await client.aclose()
