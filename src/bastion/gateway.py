@@ -78,9 +78,17 @@ class Gateway:
         """The catalogue view in force now; read it once per request."""
         return self._views.view
 
-    async def forward(self, upstream: str, method: str, params: dict[str, Any],
-                      on_message: RelatedMessageHandler | None = None) -> dict[str, Any]:
-        """Send one request to an upstream under its configured timeout."""
+    async def forward(self, upstream: str, method: str, params: dict[str, Any], *,
+                      on_message: RelatedMessageHandler | None) -> dict[str, Any]:
+        """Send one request to an upstream under its configured timeout.
+
+        ``on_message`` is required, and for a request made on a caller's behalf it must be that caller's relay
+        (``server.relay.relay``), even when nothing can be relayed on it: it says whose request this is. Over a
+        transport that cannot tell which request a server request belongs to (stdio), the upstream session gives
+        one to a call only when every in-flight request it could belong to is the same principal's
+        (``upstream.session.RpcSession._route``), and a request without a handler is taken for bastion's own,
+        which carries nobody's data. ``None`` is for that only: what bastion sends for itself (an unsubscribe
+        nobody wants any more)."""
         member = self._pool.member(upstream)
         health = self._pool.monitor
         health.check(upstream)

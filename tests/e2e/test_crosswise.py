@@ -112,6 +112,41 @@ async def test_crosswise_answers_never_reach_the_other_principal(gw: GatewayProc
     assert any(entry.get("upstream") == upstream and entry.get("level") == "warning" for entry in logged)
 
 
+@pytest.mark.parametrize("method", ["prompts/get", "completion/complete"])
+@pytest.mark.parametrize("upstream", ["xs", "xh"])
+async def test_what_an_upstream_asks_during_one_callers_request_never_reaches_another_caller(
+        gw: GatewayProcess, upstream: str, method: str) -> None:
+    """Bob's prompts/get (or completion) makes the upstream ask the client's model about Bob's topic while Alice's
+    call, whose client can answer sampling, is in flight. Over stdio nothing says whose request asked: the
+    question must not reach Alice, and Alice's model must not answer for Bob."""
+    asked_alice: list[str] = []
+
+    async def alice_model(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked_alice.append(str(getattr(params.messages[0].content, "text", "")))
+        return types.CreateMessageResult(role="assistant", model="alice-model",
+                                         content=types.TextContent(type="text", text="answered by alice"))
+
+    got: dict[str, str] = {}
+    async with connect(gw, ALICE_KEY, sampling_callback=alice_model) as alice, connect(gw, BOB_KEY) as bob:
+        async def alice_call() -> None:
+            got["alice"] = text(await alice.call_tool(f"{upstream}__slow", {"secret": "alice-only", "seconds": 3}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(alice_call)
+            await anyio.sleep(0.5)
+            if method == "prompts/get":
+                prompt = await bob.get_prompt(f"{upstream}__ask", {"topic": "bob-private-topic"})
+                got["bob"] = str(getattr(prompt.messages[0].content, "text", ""))
+            else:
+                done = await bob.complete(types.PromptReference(type="ref/prompt", name=f"{upstream}__ask"),
+                                          {"name": "topic", "value": "bob-private-topic"})
+                got["bob"] = done.completion.values[0]
+    assert asked_alice == []
+    assert got["alice"] == "alice-only"
+    # The upstream heard that its question could not be relayed, and says so instead of an answer.
+    assert got["bob"].startswith("no answer: ") and "alice" not in got["bob"]
+
+
 @pytest.mark.parametrize("upstream", ["xs", "xh"])
 async def test_a_caller_cannot_forge_another_callers_answer_through_a_careless_upstream(
         gw: GatewayProcess, upstream: str) -> None:

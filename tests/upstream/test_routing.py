@@ -291,6 +291,38 @@ async def test_several_calls_of_one_principal_take_a_server_request_and_of_two_r
     await asyncio.gather(a, b)
 
 
+class Silent(Owned):
+    """A relay for a request whose answer is no stream (a prompts/get): it says whose request it is, and nothing
+    reaches its client."""
+
+    reaches_client = False
+
+
+@pytest.mark.parametrize(("owners", "asked"), [(("alice", "bob"), None), (("alice", "alice"), "alice")])
+async def test_a_request_that_cannot_relay_still_counts_as_its_callers(owners: tuple[str, str],
+                                                                       asked: str | None) -> None:
+    """Alice's call can relay; the other request (sent later) cannot. Bob's may be the one that asked: the question
+    goes to nobody. When both are Alice's it goes to her call, the one that can reach her client."""
+    wire = Wire()
+    seen: list[str] = []
+    a = wire.start(on_message=Owned(owners[0], seen))
+    b = wire.start("prompts/get", on_message=Silent(owners[1], seen))
+    await asyncio.sleep(0)
+    await wire.rpc.handle({"jsonrpc": "2.0", "id": "s1", "method": "sampling/createMessage", "params": {}})
+    await wire.rpc.handle({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "x"}})
+    await asyncio.sleep(0.05)
+    (reply,) = [m for m in wire.sent if m.get("id") == "s1"]
+    if asked is None:
+        assert reply["error"]["code"] == -32603
+        assert seen == ["alice"]  # the log message only: it reaches whoever is calling, the question nobody
+    else:
+        assert reply["result"] == {"action": "decline"}
+        assert seen == ["alice", "alice"]  # the question and the log message, both on the call that can relay
+    for p in wire.pending():
+        await wire.rpc.handle(answer(p, "ok"))
+    await asyncio.gather(a, b)
+
+
 async def test_a_timeout_answers_at_the_deadline_even_when_the_cancel_notice_cannot_be_sent() -> None:
     wire = Wire(send_hangs=True)
     started = time.monotonic()

@@ -283,8 +283,9 @@ class Dispatcher:
         trip = self.rounds.open(scope, m.PROMPTS_GET, entry.public_name, params, entry.upstream)
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
         fwd["name"] = entry.original_name
-        result = await self.rounds.forward(scope, entry.upstream, m.PROMPTS_GET, fwd,
-                                           jsonrpc.obj(params.get("_meta")), params, trip)
+        meta = jsonrpc.obj(params.get("_meta"))
+        result = await self.rounds.forward(scope, entry.upstream, m.PROMPTS_GET, fwd, meta, params, trip,
+                                           relay(self.gw, scope, entry.upstream, meta.get("progressToken")))
         if is_input_required(result):
             return self.rounds.input_required(scope, m.PROMPTS_GET, entry.public_name, params, entry.upstream,
                                               result)
@@ -322,8 +323,9 @@ class Dispatcher:
         trip = self.rounds.open(scope, m.RESOURCES_READ, uri, params, upstream)
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
         fwd["uri"] = original
-        result = await self.rounds.forward(scope, upstream, m.RESOURCES_READ, fwd,
-                                           jsonrpc.obj(params.get("_meta")), params, trip)
+        meta = jsonrpc.obj(params.get("_meta"))
+        result = await self.rounds.forward(scope, upstream, m.RESOURCES_READ, fwd, meta, params, trip,
+                                           relay(self.gw, scope, upstream, meta.get("progressToken")))
         if is_input_required(result):
             return self.rounds.input_required(scope, m.RESOURCES_READ, uri, params, upstream, result)
         result = self.gw.clean_result(upstream, m.RESOURCES_READ, result)
@@ -350,7 +352,8 @@ class Dispatcher:
                                                                   entry.public_name):
                 raise InvalidParams(f"Unknown prompt: {name}")
             return self.gw.clean_result(entry.upstream, m.COMPLETE, await self.gw.forward(
-                entry.upstream, m.COMPLETE, {**params, "ref": {**ref, "name": entry.original_name}}))
+                entry.upstream, m.COMPLETE, {**params, "ref": {**ref, "name": entry.original_name}},
+                on_message=relay(self.gw, scope, entry.upstream, None)))
         if ref.get("type") == "ref/resource":
             uri = ref.get("uri")
             # Judged and forwarded in canonical form, like every resource URI (``bastion.uris``).
@@ -360,7 +363,8 @@ class Dispatcher:
             if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], canonical or ""):
                 raise InvalidParams(f"Unknown resource template: {uri}")
             return self.gw.clean_result(routed[0], m.COMPLETE, await self.gw.forward(
-                routed[0], m.COMPLETE, {**params, "ref": {**ref, "uri": routed[1]}}))
+                routed[0], m.COMPLETE, {**params, "ref": {**ref, "uri": routed[1]}},
+                on_message=relay(self.gw, scope, routed[0], None)))
         raise ProtocolError(INVALID_PARAMS, "ref.type must be ref/prompt or ref/resource")
 
 

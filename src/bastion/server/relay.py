@@ -46,7 +46,8 @@ def asker(scope: Scope) -> AskClient | None:
 def relay(gateway: Gateway, scope: Scope, upstream: str, progress_token: Any) -> RelayHandler:
     """The message handler for one call of ``scope``'s caller to ``upstream``."""
     audience = scope.session.id if scope.session is not None else None
-    return _OwnedRelay(scope.principal.id, audience, _relay_to(gateway, scope, upstream, progress_token))
+    return _OwnedRelay(scope.principal.id, audience, not isinstance(scope.emitter, NullEmitter),
+                       _relay_to(gateway, scope, upstream, progress_token))
 
 
 def _relay_to(gw: Gateway, scope: Scope, upstream: str, progress_token: Any) -> RelayHandler:
@@ -91,15 +92,18 @@ def wants_log(floor: str | None, level: Any, era: Era) -> bool:
 
 
 class _OwnedRelay:
-    """A call's message relay that says whose call it is: on a transport without per-request streams (stdio), the
-    upstream session routes an unattributed server request by its principal (``upstream.session.owner_of``) and
-    an unattributed log message by its client session (``audience_of``; None: a sessionless request, its own)."""
+    """A request's message relay that says whose request it is: on a transport without per-request streams
+    (stdio), the upstream session routes an unattributed server request by its principal
+    (``upstream.session.owner_of``) and an unattributed log message by its client session (``audience_of``; None:
+    a sessionless request, its own). ``reaches_client``: whether this request has a stream back to its client at
+    all (``upstream.session.reaches_client``); a request without one still says whose it is."""
 
-    __slots__ = ("_relay", "audience", "owner")
+    __slots__ = ("_relay", "audience", "owner", "reaches_client")
 
-    def __init__(self, owner: str, audience: str | None, relay: RelayHandler):
+    def __init__(self, owner: str, audience: str | None, reaches_client: bool, relay: RelayHandler):
         self.owner = owner
         self.audience = audience
+        self.reaches_client = reaches_client
         self._relay = relay
 
     async def __call__(self, method: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:

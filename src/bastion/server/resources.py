@@ -32,6 +32,7 @@ from bastion.errors import InvalidParams, ProtocolError
 from bastion.gateway import Gateway
 from bastion.protocol.messages import SubscribeParams
 from bastion.protocol.methods import RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE
+from bastion.server.relay import relay
 from bastion.server.scope import Scope
 from bastion.uris import UriRefused, canonical_uri
 
@@ -62,7 +63,8 @@ class Resources:
 
     async def subscribe(self, scope: Scope, params: SubscribeParams) -> dict[str, Any]:
         upstream, original, public = self.route_visible(scope, params.get("uri"))
-        await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original})
+        await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original},
+                              on_message=relay(self.gw, scope, upstream, None))
         if scope.live is not None:
             scope.live.subscriptions.add(public)
         return {}
@@ -73,7 +75,8 @@ class Resources:
             scope.live.subscriptions.discard(public)
         # Other sessions of this replica, or its listen streams, may still want updates for the same resource.
         if not self._wanted_here(public):
-            await self.gw.forward(upstream, RESOURCES_UNSUBSCRIBE, {"uri": original})
+            await self.gw.forward(upstream, RESOURCES_UNSUBSCRIBE, {"uri": original},
+                                  on_message=relay(self.gw, scope, upstream, None))
         return {}
 
     async def listen(self, scope: Scope, uris: Iterable[str]) -> frozenset[str]:
@@ -89,7 +92,8 @@ class Resources:
                 upstream, original, public = self.route_visible(scope, uri)
                 if self._upstream_is_modern(upstream):
                     continue
-                await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original})
+                await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original},
+                                      on_message=relay(self.gw, scope, upstream, None))
             except ProtocolError:
                 continue
             honoured.add(public)
@@ -104,7 +108,8 @@ class Resources:
             if routed is None:
                 continue
             with contextlib.suppress(ProtocolError):
-                await self.gw.forward(routed[0], RESOURCES_UNSUBSCRIBE, {"uri": routed[1]})
+                # Nobody's request: the listen streams that wanted it are gone.
+                await self.gw.forward(routed[0], RESOURCES_UNSUBSCRIBE, {"uri": routed[1]}, on_message=None)
 
 
     def _wanted_here(self, uri: str) -> bool:

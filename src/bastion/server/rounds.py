@@ -106,7 +106,7 @@ class Rounds:
 
     async def forward(self, scope: Scope, upstream: str, method: str, fwd: dict[str, Any],
                       meta: Mapping[str, Any], params: RoundParams, trip: RoundTrip | None,
-                      relay: RelayHandler | None = None) -> dict[str, Any]:
+                      relay: RelayHandler) -> dict[str, Any]:
         """Forward one request; for a handshake-era client, also fetch the input a modern upstream asks for.
 
         A modern client gets an upstream's ``input_required`` back (``input_required`` wraps its state) and

@@ -110,6 +110,13 @@ def owner_of(handler: RelatedMessageHandler | None) -> str | None:
     return owner if isinstance(owner, str) else None
 
 
+def reaches_client(handler: RelatedMessageHandler | None) -> bool:
+    """Whether a request's message handler can pass a message on to its client now (``reaches_client``
+    attribute; a handler that does not say can). A caller's request whose answer is not a stream (a
+    ``prompts/get``) still has a handler, which says whose request it is, but nothing it gets reaches anyone."""
+    return getattr(handler, "reaches_client", True) is not False
+
+
 def audience_of(handler: RelatedMessageHandler | None) -> object:
     """The client a request's message handler relays to (``audience`` attribute: its session); a handler that
     does not say is its own audience."""
@@ -452,7 +459,8 @@ class RpcSession:
         """The in-flight calls an unattributed log message goes to: the most recent of each client's."""
         latest: dict[object, Pending] = {}
         for pending in self._candidates():  # insertion order is send order: later ones win
-            latest[audience_of(pending.on_message)] = pending
+            if reaches_client(pending.on_message):
+                latest[audience_of(pending.on_message)] = pending
         return list(latest.values())
 
     def _subscription(self, params: Mapping[str, Any]) -> Pending | None:
@@ -464,23 +472,28 @@ class RpcSession:
         return None
 
     def _candidates(self) -> list[Pending]:
-        # A modern ``subscriptions/listen`` request gets only messages tagged with its subscription id
-        # (``_subscription``); it never owns an untagged one.
+        """Every in-flight request an unattributed message could belong to: each one made on a caller's behalf,
+        whether or not it can pass anything on (``Gateway.forward`` gives each such request its caller's handler;
+        a request without one is bastion's own, which carries nobody's data). A modern ``subscriptions/listen``
+        request gets only messages tagged with its subscription id (``_subscription``); it never owns an untagged
+        one."""
         return [p for p in self._pending.values()
                 if p.on_message is not None and not p.future.done() and p.message.get("method") != LISTEN]
 
     def _route(self) -> Pending | None:
         """The in-flight request an unattributed message belongs to: the only one that could own it, or, when
         several could and every one of them was made by the same principal (``owner_of``), the most recently
-        sent. A guess within one principal's own calls hands nobody another caller's data; across principals
-        it could, so then there is no owner."""
+        sent of those that can reach their client. A guess within one principal's own requests hands nobody
+        another caller's data; across principals it could, so then there is no owner. Requests that cannot relay
+        anything count as much as those that can: the request that asked may well be one of them (a
+        ``prompts/get`` that samples), and a call that can relay must not be handed another caller's question."""
         candidates = self._candidates()
-        if len(candidates) == 1:
-            return candidates[0]
-        owners = {owner_of(p.on_message) for p in candidates}
-        if len(owners) == 1 and None not in owners:
-            return candidates[-1]  # insertion order is send order
-        return None
+        if len(candidates) > 1:
+            owners = {owner_of(p.on_message) for p in candidates}
+            if len(owners) != 1 or None in owners:
+                return None
+        reachable = [p for p in candidates if reaches_client(p.on_message)]
+        return (reachable or candidates)[-1] if candidates else None  # insertion order is send order
 
     async def _serve(self, rid: Any, method: str, params: Any, related: Pending | None) -> None:
         response: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
