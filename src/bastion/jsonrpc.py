@@ -28,8 +28,7 @@ class Message:
     def __init__(self, kind: Kind, raw: dict[str, Any]) -> None:
         self.kind = kind
         self.raw = raw
-        value = raw.get("id")
-        self.id: RequestId | None = value if isinstance(value, str | int) and not isinstance(value, bool) else None
+        self.id: RequestId | None = as_request_id(raw.get("id"))
         method = raw.get("method", "")
         self.method: str = method if type(method) is str else str(method)
         params = raw.get("params")
@@ -42,6 +41,15 @@ class Message:
         return isinstance(other, Message) and (self.kind, self.raw) == (other.kind, other.raw)
 
     __hash__ = None  # type: ignore[assignment]  # equal by value, and ``raw`` is a dict
+
+
+def as_request_id(value: object) -> RequestId | None:
+    """``value`` if it can be a request id (a string or an integer, never a boolean), else None.
+
+    Every id a client names goes through here before it is looked up in bastion's own tables (a request to
+    cancel, an answer to one of bastion's requests): a JSON array or object is not hashable and would crash the
+    lookup, and ``true`` or ``1.0`` would find the request whose id is ``1``."""
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
 
 
 def loads(body: bytes) -> Any:

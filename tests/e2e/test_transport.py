@@ -166,6 +166,32 @@ def test_client_cancellation_reaches_the_upstream(gw: GatewayProcess) -> None:
     assert any(entry["arguments"].get("tag") == "cancel-me" for entry in cancelled)
 
 
+def test_a_cancellation_naming_no_request_id_cancels_nothing_and_breaks_nothing(gw: GatewayProcess) -> None:
+    """``requestId`` must be a request id: an array or object is not one (bastion crashed with a 500 and logged a
+    traceback on each), nor are ``true`` and ``1.0`` (they cancelled request ``1``). Each is accepted as the
+    notification it is (202), names nothing, and the call runs to its answer."""
+    c = RpcClient(gw.url)
+    c.initialize()
+    args = {"seconds": 0.9, "steps": 3, "tag": "not-cancelled"}
+    answer: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: answer.update(
+        r=c.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "basic__slow",
+                                                                             "arguments": args}})))
+    worker.start()
+    record: Path = gw.record_file  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while not (record.exists() and "not-cancelled" in record.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for bogus in ([1], {"id": 1}, [], {}, True, 1.0):
+        r = c.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": bogus}})
+        assert r.status_code == 202, (bogus, r.status_code, r.text)
+    worker.join(timeout=20)
+    (message,) = parse_body(answer["r"])
+    assert "result" in message and not message["result"].get("isError"), message
+    assert "Traceback" not in gw.stderr()
+    assert c.post({"jsonrpc": "2.0", "id": 2, "method": "ping"}).status_code == 200
+
+
 def test_an_expired_session_is_404_and_its_end_is_audited(tmp_path: Path) -> None:
     gw = GatewayProcess({"auth": "none", "upstreams": {"basic": stdio_upstream()},
                          "sessions": {"idle_timeout": "300ms"}}, tmp_path).start()

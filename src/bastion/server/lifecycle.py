@@ -151,11 +151,13 @@ class SessionLifecycle:
             if msg.method == INITIALIZED and not session.initialized:
                 await self.gw.store.update(replace(session, initialized=True))
             elif msg.method == CANCELLED:
-                call = live.inflight.get(msg.params.get("requestId"))
+                # Only an id bastion could have registered can name a request (``jsonrpc.as_request_id``).
+                rid = jsonrpc.as_request_id(msg.params.get("requestId"))
+                call = live.inflight.get(rid) if rid is not None else None
                 if call is not None:
                     call.cancel()
         else:
-            fut = live.pending.get(msg.raw.get("id"))
+            fut = live.pending.get(msg.id) if msg.id is not None else None
             if fut is not None and not fut.done():
                 fut.set_result(msg.raw)
         return Answer.empty(202)

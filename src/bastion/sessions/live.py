@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bastion.jsonrpc import RequestId
 from bastion.principal import Principal
 
 if TYPE_CHECKING:
@@ -44,8 +45,9 @@ class LiveSession:
     id: str
     # The GET stream's queue, bounded (``bastion.backlog``): every producer offers to it, none can grow it.
     get_stream: Outbox | None = None
-    inflight: dict[Any, InflightCall] = field(default_factory=dict)
-    pending: dict[Any, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    # Keyed by JSON-RPC ids (``jsonrpc.as_request_id``): the client's for its requests, bastion's for its own.
+    inflight: dict[RequestId, InflightCall] = field(default_factory=dict)
+    pending: dict[RequestId, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     subscriptions: set[str] = field(default_factory=set)  # public resource URIs
     last_seen: float = 0.0
     # Who holds the GET stream, and the log floor it asked for (``logging/setLevel``): for relaying upstream log
