@@ -205,6 +205,34 @@ def test_every_part_of_an_upstreams_input_requests_is_cleaned(tmp_path: Path) ->
     assert "[REDACTED" in request["params"]["message"]
 
 
+def test_a_completion_reaches_the_upstream_as_bastion_builds_it_and_takes_no_rounds(tmp_path: Path) -> None:
+    """completion/complete is no multi round-trip request (only tools/call, prompts/get and resources/read are).
+    It was forwarded as the client sent it: the client's own _meta (its capabilities, any key of its own) and a
+    requestState of its making reached the upstream, and the upstream's input_required came back with its bare
+    state. Now the upstream gets bastion's envelope and no round fields, and input_required is refused."""
+    process = GatewayProcess({"auth": "none", "upstreams": {
+        "hostile": stdio_upstream("tests.fixtures.hostile_modern_server", era="modern")}}, tmp_path,
+        env={"BASTION_STATE_KEY": STATE_KEY}).start()
+    ref = {"type": "ref/prompt", "name": "hostile__topic"}
+    try:
+        body = modern_body("completion/complete", {"ref": ref, "argument": {"name": "subject", "value": "a"},
+                                                   "requestState": "made-by-the-client", "inputResponses": {}},
+                           caps={"elicitation": {}}, meta={"x-client-key": "forged"})
+        values = answer(post(process.url, body), body["id"])["result"]["completion"]["values"]
+        insisted = modern_body("completion/complete",
+                               {"ref": ref, "argument": {"name": "subject", "value": "insist"}})
+        refused = post(process.url, insisted)
+        error = answer(refused, insisted["id"])["error"]
+    finally:
+        process.stop()
+    # bastion's envelope only (bastion.upstream.modern.envelope): no key of the client's, no requestState.
+    envelope = ("io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/clientInfo",
+                "io.modelcontextprotocol/protocolVersion")
+    assert values == ["state:None", "meta:" + ",".join(envelope)]
+    assert error["code"] == -32603 and "input_required" in error["message"]
+    assert "s1" not in refused.text and "which subject" not in refused.text
+
+
 def test_input_the_client_did_not_declare_is_never_asked_for(gw: GatewayProcess) -> None:
     body = modern_body("tools/call", {"name": "modern__confirm", "arguments": {"action": "x"}})
     response = post(gw.url, body)

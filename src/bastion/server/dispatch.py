@@ -351,10 +351,8 @@ class Dispatcher:
             if entry is None or not self.gw.access.prompt_visible(scope.principal, entry.upstream,
                                                                   entry.public_name):
                 raise InvalidParams(f"Unknown prompt: {name}")
-            return self.gw.clean_result(entry.upstream, m.COMPLETE, await self.gw.forward(
-                entry.upstream, m.COMPLETE, {**params, "ref": {**ref, "name": entry.original_name}},
-                on_message=relay(self.gw, scope, entry.upstream, None)))
-        if ref.get("type") == "ref/resource":
+            upstream, upstream_ref = entry.upstream, {**ref, "name": entry.original_name}
+        elif ref.get("type") == "ref/resource":
             uri = ref.get("uri")
             # Judged and forwarded in canonical form, like every resource URI (``bastion.uris``).
             canonical = try_canonical(uri) if isinstance(uri, str) else None
@@ -362,10 +360,16 @@ class Dispatcher:
                 if canonical is not None else None
             if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], canonical or ""):
                 raise InvalidParams(f"Unknown resource template: {uri}")
-            return self.gw.clean_result(routed[0], m.COMPLETE, await self.gw.forward(
-                routed[0], m.COMPLETE, {**params, "ref": {**ref, "uri": routed[1]}},
-                on_message=relay(self.gw, scope, routed[0], None)))
-        raise ProtocolError(INVALID_PARAMS, "ref.type must be ref/prompt or ref/resource")
+            upstream, upstream_ref = routed[0], {**ref, "uri": routed[1]}
+        else:
+            raise ProtocolError(INVALID_PARAMS, "ref.type must be ref/prompt or ref/resource")
+        # The client's own envelope and round fields stay here, as for every other method (``Rounds``).
+        fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
+        fwd["ref"] = upstream_ref
+        meta = jsonrpc.obj(params.get("_meta"))
+        result = await self.rounds.forward_once(scope, upstream, m.COMPLETE, fwd, meta,
+                                                relay(self.gw, scope, upstream, meta.get("progressToken")))
+        return self.gw.clean_result(upstream, m.COMPLETE, result)
 
 
 def _span_target(method: str, params: Mapping[str, Any]) -> str | None:

@@ -82,9 +82,11 @@ class Rounds:
             raise
         return trip
 
-    def _forward_meta(self, scope: Scope, upstream: str, meta: Mapping[str, Any]) -> dict[str, Any]:
+    def _forward_meta(self, scope: Scope, upstream: str, meta: Mapping[str, Any], *,
+                      rounds: bool = True) -> dict[str, Any]:
         """The ``_meta`` bastion sends upstream: trace context and progress token, plus, for a modern upstream,
-        the input capabilities bastion can relay for this caller (so the upstream asks only for what it can get).
+        the input capabilities bastion can relay for this caller (so the upstream asks only for what it can get;
+        none for a request that takes no rounds).
         """
         out = {k: meta[k] for k in FORWARDED_META if k in meta}
         if "traceparent" not in out and scope.traceparent is not None:
@@ -94,7 +96,7 @@ class Rounds:
             if scope.tracestate is not None:
                 out["tracestate"] = scope.tracestate
         if self.upstream_is_modern(upstream):
-            relayable = scope.era == "modern" or not isinstance(scope.emitter, NullEmitter)
+            relayable = rounds and (scope.era == "modern" or not isinstance(scope.emitter, NullEmitter))
             out[CLIENT_CAPABILITIES_KEY] = {k: v for k, v in scope.client_capabilities.items()
                                             if k in INPUT_CAPABILITY.values()} if relayable else {}
             # A modern upstream logs only when the request asks; a handshake-era client without a floor gets
@@ -141,6 +143,22 @@ class Rounds:
             if isinstance(state, str):
                 fwd["requestState"] = state
             result = await self.gw.forward(upstream, method, fwd, on_message=relay)
+        return result
+
+    async def forward_once(self, scope: Scope, upstream: str, method: str, fwd: dict[str, Any],
+                           meta: Mapping[str, Any], relay: RelayHandler) -> dict[str, Any]:
+        """Forward a request that takes no rounds (``completion/complete``: the revision lets only ``tools/call``,
+        ``prompts/get`` and ``resources/read`` answer ``input_required``). ``fwd`` must hold no round field
+        (``state.ROUND_FIELDS``): the envelope is bastion's, declaring no input the client could give, and an
+        ``input_required`` answer is refused rather than passed on with the upstream's bare state."""
+        out_meta = self._forward_meta(scope, upstream, meta, rounds=False)
+        if out_meta:
+            fwd["_meta"] = out_meta
+        result = await self.gw.forward(upstream, method, fwd, on_message=relay)
+        if is_input_required(result):
+            raise ProtocolError(INTERNAL_ERROR, f"The upstream answered {method} with input_required, which only "
+                                "tools/call, prompts/get and resources/read may; nothing was relayed",
+                                log_detail=f"upstream {upstream}")
         return result
 
     async def _ask_handshake_client(self, scope: Scope, upstream: str, requests: object) -> dict[str, Any]:
