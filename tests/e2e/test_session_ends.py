@@ -4,6 +4,7 @@ replica, the JWT it was opened with expiring)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 import redis
 
 from bastion.auth.apikeys import hash_key
+from bastion.upstream.headers import request_headers
 from tests.e2e.conftest import stdio_upstream
 from tests.support.gateway import GatewayProcess
 from tests.support.jwks import JwksServer, rsa_pair
@@ -23,6 +25,7 @@ from tests.support.net import free_port
 from tests.support.redis_server import RedisServer
 from tests.support.rpc import RpcClient
 
+MODERN = "2026-07-28"
 ALICE = "bst_alice_" + "a" * 40
 BOB = "bst_bob_" + "b" * 40
 KEYS = {"auth": {"api_keys": [{"id": "alice", "hash": hash_key(ALICE)}, {"id": "bob", "hash": hash_key(BOB)}]}}
@@ -33,24 +36,34 @@ def bearer(key: str) -> dict[str, str]:
 
 
 class Stream:
-    """A session's GET stream read on a thread: what arrived, and when the gateway ended it."""
+    """A session's GET stream (or, with ``listen``, a 2026-07-28 ``subscriptions/listen``) read on a thread: what
+    arrived, and when the gateway ended it."""
 
-    def __init__(self, url: str, session_id: str, headers: dict[str, str]) -> None:
+    def __init__(self, url: str, session_id: str, headers: dict[str, str], *, listen: bool = False) -> None:
         self.lines: list[str] = []
         self.status: int | None = None
         self.ended_at: float | None = None
         self._opened = threading.Event()
         self._client = httpx.Client(timeout=httpx.Timeout(60.0, read=60.0))
+        self._method, self._body = "GET", b""
         self._headers = {**headers, "Accept": "text/event-stream", "Mcp-Session-Id": session_id,
                          "MCP-Protocol-Version": "2025-11-25"}
+        if listen:
+            params = {"notifications": {"toolsListChanged": True}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}}
+            self._method = "POST"
+            self._body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": params})
+            self._headers = {**headers, "Accept": "application/json, text/event-stream",
+                             "Content-Type": "application/json",
+                             **request_headers("subscriptions/listen", params, MODERN)}
         self._thread = threading.Thread(target=self._read, args=(url,), daemon=True)
         self._thread.start()
-        assert self._opened.wait(10), "the GET stream did not open"
+        assert self._opened.wait(10), "the stream did not open"
         assert self.status == 200
 
     def _read(self, url: str) -> None:
         try:
-            with self._client.stream("GET", url, headers=self._headers) as r:
+            with self._client.stream(self._method, url, headers=self._headers, content=self._body) as r:
                 self.status = r.status_code
                 self._opened.set()
                 for line in r.iter_lines():
@@ -159,7 +172,9 @@ def test_a_session_ended_through_another_replica_closes_its_stream_within_a_tick
             s.close()
 
 
-def test_a_stream_closes_when_the_jwt_it_was_opened_with_expires(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["get", "listen"])
+def test_a_stream_closes_when_the_jwt_it_was_opened_with_expires(tmp_path: Path, kind: str) -> None:
+    """A session's GET stream, and a 2026-07-28 listen stream (which stayed open past its token's expiry)."""
     key = rsa_pair("ends-1")
     jwks = JwksServer(keys=[key.jwk]).start()
     port = free_port()
@@ -172,9 +187,12 @@ def test_a_stream_closes_when_the_jwt_it_was_opened_with_expires(tmp_path: Path)
         now = int(time.time())
         token = jwt.encode({"iss": issuer, "aud": gw.url, "sub": "carol", "iat": now, "exp": now + 3},
                            key.private, algorithm="RS256", headers={"kid": key.kid})
-        client = RpcClient(gw.url, bearer(token))
-        client.initialize()
-        stream = Stream(gw.url, client.session_id or "", bearer(token))
+        session_id = ""
+        if kind == "get":
+            client = RpcClient(gw.url, bearer(token))
+            client.initialize()
+            session_id = client.session_id or ""
+        stream = Stream(gw.url, session_id, bearer(token), listen=kind == "listen")
         try:
             assert stream.wait_end(8), "the stream outlived its token"
             assert stream.ended_at is not None and time.time() >= now + 3 - 0.5

@@ -16,7 +16,6 @@ none of this (``server/modern.py``).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -41,6 +40,7 @@ from bastion.server.dispatch import Dispatcher, negotiate
 from bastion.server.emitter import Emitter, NullEmitter
 from bastion.server.responder import Responder
 from bastion.server.scope import Scope
+from bastion.server.stream_clock import Idle, next_message
 from bastion.sessions.live import LiveSession
 from bastion.sessions.store import SessionData, new_session_id
 from bastion.sse import encode_event
@@ -250,14 +250,11 @@ class SessionLifecycle:
             try:
                 yield b": bastion stream open\n\n"
                 while True:
-                    wait = tick if expires is None else min(tick, expires - time.time())
-                    if wait <= 0:
+                    item = await next_message(queue.get, tick, expires)
+                    if item is Idle.EXPIRED:
                         log.info("session.stream_closed", session=session.id[:8], reason="credential_expired")
                         return
-                    try:
-                        async with asyncio.timeout(wait):
-                            item = await queue.get()
-                    except TimeoutError:
+                    if item is Idle.TICK:
                         if not await self._still_open(session, principal):
                             self.gw.live.end(session.id)
                             log.info("session.stream_closed", session=session.id[:8], reason="session_ended")

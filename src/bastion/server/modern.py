@@ -14,7 +14,6 @@ client opted into (``server/listen.py``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeGuard, cast
@@ -39,6 +38,7 @@ from bastion.server.headers import check_request_headers
 from bastion.server.listen import Listeners, ListenFilter, Stream, tagged
 from bastion.server.responder import Responder
 from bastion.server.scope import Scope
+from bastion.server.stream_clock import Idle, next_message
 from bastion.sse import encode_event
 
 __all__ = ["ModernDoor", "is_modern"]
@@ -140,14 +140,18 @@ class ModernDoor:
         log.info("listen.open", principal=scope.principal.id, lists=sorted(stream.filter.lists),
                  resources=len(resources))
 
+        expires = scope.principal.expires_at
+
         async def events() -> AsyncIterator[bytes]:
             try:
                 yield encode_event(jsonrpc.dumps(ack), event="message")
                 while True:
-                    try:
-                        async with asyncio.timeout(KEEPALIVE_S):
-                            item = await stream.queue.get()
-                    except TimeoutError:
+                    item = await next_message(stream.queue.get, KEEPALIVE_S, expires)
+                    if item is Idle.EXPIRED:
+                        # Opened with a JWT that has expired since: the client listens again with a fresh one.
+                        log.info("listen.expired", principal=scope.principal.id)
+                        return
+                    if item is Idle.TICK:
                         yield b": keep-alive\n\n"
                         continue
                     if item is None:  # ended by bastion (a stalled reader): the client re-listens and refetches

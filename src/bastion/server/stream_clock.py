@@ -1,0 +1,40 @@
+"""How a long-lived stream waits for its next message: a tick when it has been idle for a while, and its end once
+the credential it was opened with has expired.
+
+A stream (a session's GET stream, a 2026-07-28 ``subscriptions/listen``) is authorised once, when it opens, and
+may stay open for hours. Every request is authenticated on its own, so a stream must not outlive what
+authenticated it: a JWT's ``exp`` (``Principal.expires_at``) ends it, as the next request with that token would
+be refused. Both streams wait here, so neither can forget it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+__all__ = ["Idle", "next_message"]
+
+T = TypeVar("T")
+
+
+class Idle(enum.Enum):
+    """What ``next_message`` returns instead of a message."""
+
+    TICK = "tick"  # nothing came for a tick: send a keep-alive, re-check what the stream depends on
+    EXPIRED = "expired"  # the credential the stream was opened with has expired: end the stream
+
+
+async def next_message(get: Callable[[], Awaitable[T]], tick_s: float, expires_at: float | None) -> T | Idle:
+    """The next message ``get`` returns within ``tick_s``, else ``Idle.TICK``; ``Idle.EXPIRED`` once
+    ``expires_at`` (epoch seconds) has passed, without waiting, and never a message after it."""
+    wait = tick_s if expires_at is None else min(tick_s, expires_at - time.time())
+    if wait <= 0:
+        return Idle.EXPIRED
+    try:
+        async with asyncio.timeout(wait):
+            return await get()
+    except TimeoutError:
+        return Idle.TICK
