@@ -7,12 +7,12 @@ smuggling between a gateway and its upstreams starts.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
 from bastion import strictjson
-from bastion.errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, MessageRejected, ProtocolError
+from bastion.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, MessageRejected, ProtocolError
 
 RequestId = str | int
 Kind = Literal["request", "notification", "response"]
@@ -50,6 +50,23 @@ def as_request_id(value: object) -> RequestId | None:
     cancel, an answer to one of bastion's requests): a JSON array or object is not hashable and would crash the
     lookup, and ``true`` or ``1.0`` would find the request whose id is ``1``."""
     return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+class ErrorObject(NamedTuple):
+    code: int
+    message: str
+    data: dict[str, Any] | None
+
+
+def read_error(error: object, default_message: str) -> ErrorObject:
+    """A peer's JSON-RPC ``error`` member as bastion passes it on: whatever a careless or hostile peer (a client
+    answering one of bastion's requests, an upstream answering a call) put in it, a code that is an integer
+    (``-32603`` otherwise, and never a boolean), a string message and an object or no ``data``."""
+    err = error if isinstance(error, dict) else {}
+    code, message, data = err.get("code"), err.get("message"), err.get("data")
+    return ErrorObject(code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR,
+                       message if isinstance(message, str) else default_message,
+                       data if isinstance(data, dict) else None)
 
 
 def loads(body: bytes) -> Any:

@@ -83,8 +83,7 @@ class StreamEmitter:
             self._live.pending.pop(rid, None)
             asks.discard(fut)
         if "error" in answer:
-            err = answer["error"] if isinstance(answer["error"], dict) else {}
-            raise ProtocolError(int(err.get("code", INTERNAL_ERROR)), str(err.get("message", "client error")),
-                                data=err.get("data") if isinstance(err.get("data"), dict) else None)
+            err = jsonrpc.read_error(answer["error"], "client error")
+            raise ProtocolError(err.code, err.message, data=err.data)
         res = answer.get("result")
         return res if isinstance(res, dict) else {}

@@ -58,6 +58,7 @@ from bastion.errors import (
     UpstreamUnavailable,
 )
 from bastion.holdover import Abandoned, current_hold
+from bastion.jsonrpc import read_error
 from bastion.protocol.meta import SUBSCRIPTION_ID_KEY as SUBSCRIPTION_ID
 from bastion.protocol.methods import CANCELLED, LISTEN, LOG_MESSAGE, PROGRESS, ROOTS_LIST
 from bastion.stopping import cancel_and_wait
@@ -304,16 +305,8 @@ class RpcSession:
     def _result(self, response: dict[str, Any]) -> dict[str, Any]:
         error = response.get("error")
         if error is not None:
-            if not isinstance(error, Mapping):
-                error = {}
-            code = error.get("code")
-            message = error.get("message")
-            data = error.get("data")
-            raise UpstreamRpcError(
-                code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR,
-                message if isinstance(message, str) else "Upstream error",
-                data=data if isinstance(data, Mapping) else None,
-            )
+            err = read_error(error, "Upstream error")
+            raise UpstreamRpcError(err.code, err.message, data=err.data)
         result = response.get("result")
         if not isinstance(result, dict):
             raise UpstreamRpcError(INTERNAL_ERROR, "Upstream sent a malformed response",
