@@ -172,6 +172,23 @@ def test_a_session_ended_through_another_replica_closes_its_stream_within_a_tick
             s.close()
 
 
+def test_a_principal_past_its_bound_of_listen_streams_ends_its_own_oldest(gw: GatewayProcess) -> None:
+    """2026-07-28 listen streams have no session, and nothing bounded them: one principal held as many as it
+    opened (300 in a loop, each with its upstream subscriptions). Now ``sessions.max_per_principal`` (3 here)
+    bounds them per replica as it bounds sessions: the fourth ends the principal's oldest, nobody else's."""
+    alice = [Stream(gw.url, "", bearer(ALICE), listen=True)]
+    bob = Stream(gw.url, "", bearer(BOB), listen=True)
+    alice += [Stream(gw.url, "", bearer(ALICE), listen=True) for _ in range(3)]
+    try:
+        assert alice[0].wait_end(10), "alice's oldest listen stream is still open"
+        time.sleep(0.5)
+        assert [s.ended_at for s in (bob, *alice[1:])] == [None] * 4
+        assert "listen.evicted" in gw.stderr()
+    finally:
+        for s in (bob, *alice):
+            s.close()
+
+
 @pytest.mark.parametrize("kind", ["get", "listen"])
 def test_a_stream_closes_when_the_jwt_it_was_opened_with_expires(tmp_path: Path, kind: str) -> None:
     """A session's GET stream, and a 2026-07-28 listen stream (which stayed open past its token's expiry)."""

@@ -69,6 +69,18 @@ async def test_a_stalled_reader_is_ended_instead_of_buffered_without_bound() -> 
     assert stream.queue.get_nowait() is None
 
 
+async def test_a_principal_past_its_bound_ends_its_own_oldest_stream_never_anyone_elses() -> None:
+    registry = Listeners(open_gate(), max_per_principal=2)
+    alice = [Stream(i, ALICE, ListenFilter(lists=frozenset({"tools"}))) for i in range(3)]
+    bob = Stream("b", BOB, ListenFilter(lists=frozenset({"tools"})))
+    assert registry.open(alice[0]) == [] and registry.open(bob) == [] and registry.open(alice[1]) == []
+    registry.lists_changed([TOOLS])  # waiting in alice's oldest stream when it is ended: dropped
+    assert registry.open(alice[2]) == [alice[0]]
+    assert alice[0].queue.get_nowait() is None and alice[0].queue.empty()
+    assert registry.all() == [bob, alice[1], alice[2]]
+    assert bob.queue.qsize() == 1 and alice[1].queue.qsize() == 1
+
+
 async def test_each_message_is_authorised_under_the_policy_in_force_when_it_is_delivered() -> None:
     """A stream keeps what it opted into, not a right to it: after a reload that hides a resource or a list's
     entries, their updates stop; a reload that shows them again brings them back."""

@@ -83,7 +83,7 @@ class Dispatcher:
         self.rounds = Rounds(gateway, self.sealer)
         # The 2026-07-28 listen streams of this replica; here because resource subscriptions are shared between
         # them and the sessions' resources/subscribe (Resources counts both before unsubscribing upstream).
-        self.listeners = Listeners(gateway.delivery)
+        self.listeners = Listeners(gateway.delivery, gateway.settings.sessions.max_per_principal)
         self.resources = Resources(gateway, self.rounds.upstream_is_modern, self.listeners.wanted_resources)
         self._handlers: dict[str, Handler] = {
             m.PING: self._ping,

@@ -90,28 +90,50 @@ class Stream:
     queue: asyncio.Queue[dict[str, Any] | None] = field(
         default_factory=lambda: asyncio.Queue(MAX_BUFFERED + 1))
 
+    def end(self) -> None:
+        """End the stream now: what is buffered is dropped, nothing more is sent."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
+
     def offer(self, message: dict[str, Any] | None) -> None:
         try:
             self.queue.put_nowait(message)
         except asyncio.QueueFull:
             # A stalled reader: drop what is buffered and end the stream; the client re-listens and refetches.
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(None)
+            self.end()
 
 
 class Listeners:
-    """The listen streams open on this replica; ``gate`` authorises each message for each stream."""
+    """The listen streams open on this replica; ``gate`` authorises each message for each stream.
 
-    def __init__(self, gate: DeliveryGate) -> None:
+    A principal holds at most ``max_per_principal`` of them here (``sessions.max_per_principal``, the bound on a
+    legacy principal's sessions, each of which has at most one GET stream): past it, opening one ends that
+    principal's oldest, as ``initialize`` ends its least recently used session. A client that leaks listen
+    streams ends only its own, and nobody can make bastion hold an unbounded number of them (each holds a
+    connection, a queue of up to ``MAX_BUFFERED`` messages and up to ``MAX_RESOURCE_SUBSCRIPTIONS`` upstream
+    subscriptions)."""
+
+    def __init__(self, gate: DeliveryGate, max_per_principal: int | None = None) -> None:
         self._gate = gate
-        self._streams: set[Stream] = set()
+        self._max_per_principal = max_per_principal
+        # Insertion order is opening order: the first of a principal's streams is its oldest.
+        self._streams: dict[Stream, None] = {}
 
-    def open(self, stream: Stream) -> None:
-        self._streams.add(stream)
+    def open(self, stream: Stream) -> list[Stream]:
+        """Add ``stream``; returns the streams of its principal it ended to stay within the bound."""
+        ended: list[Stream] = []
+        if self._max_per_principal is not None:
+            mine = [s for s in self._streams if s.principal.id == stream.principal.id]
+            for oldest in mine[:max(0, len(mine) + 1 - self._max_per_principal)]:
+                self.close(oldest)
+                oldest.end()
+                ended.append(oldest)
+        self._streams[stream] = None
+        return ended
 
     def close(self, stream: Stream) -> None:
-        self._streams.discard(stream)
+        self._streams.pop(stream, None)
 
     def all(self) -> list[Stream]:
         return list(self._streams)

@@ -135,7 +135,8 @@ class ModernDoor:
         wanted = ListenFilter.from_params(cast(ListenParams, msg.params))
         resources = await self.dispatcher.listen_resources(scope, wanted.resources)
         stream = Stream(msg.id, scope.principal, ListenFilter(lists=wanted.lists, resources=resources))
-        self.listeners.open(stream)
+        for ended in self.listeners.open(stream):
+            log.warning("listen.evicted", principal=scope.principal.id, subscription=str(ended.subscription_id)[:64])
         ack = tagged(ACKNOWLEDGED, {"notifications": stream.filter.honoured()}, msg.id)
         log.info("listen.open", principal=scope.principal.id, lists=sorted(stream.filter.lists),
                  resources=len(resources))
