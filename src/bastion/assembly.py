@@ -79,6 +79,7 @@ from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
 from bastion.server.refusals import RefusalReporter
+from bastion.server.standing import Standing
 from bastion.server.state import StateSealer
 from bastion.sessions.cache import CachedSessionStore
 from bastion.sessions.fallback import FallbackSessionStore
@@ -239,7 +240,7 @@ def build(settings: Settings) -> Components:
     auth_cfg: AuthConfig = settings.section("auth")
     authenticator = build_authenticator(auth_cfg, http)
 
-    async def on_session(event: str, data: SessionData, principal: Principal) -> None:
+    async def on_session(event: str, data: SessionData, principal: Principal, reason: str | None) -> None:
         if event == "session.start":
             try:
                 await events.session_started(data.id, era="legacy", principal=principal,
@@ -256,7 +257,7 @@ def build(settings: Settings) -> Components:
         else:
             metrics.session_closed()
             await events.session_ended(data.id, era="legacy", principal=principal, client_info=data.client_info,
-                                       protocol_version=data.protocol_version, reason="deleted")
+                                       protocol_version=data.protocol_version, reason=reason or "deleted")
 
     async def authenticate(headers: Mapping[str, str], remote_addr: str | None) -> Principal:
         try:
@@ -267,11 +268,20 @@ def build(settings: Settings) -> Components:
                                      traceparent=headers.get("traceparent"))
             raise
 
+    async def revoked(standing: Standing, detail: str | None) -> None:
+        # A stream's credential, presented again, no longer authenticates (server/standing.py): the record names
+        # whose stream it was.
+        log.info("auth.failure", detail=detail, stage="stream", principal=standing.principal.id)
+        await events.auth_failed(detail, method="bearer", remote_addr=standing.remote_addr,
+                                 traceparent=standing.headers.get("traceparent"), principal=standing.principal,
+                                 session=standing.session, era=standing.era)
+
     listen = settings.listen
     refusals = RefusalReporter(count=metrics.http_refused, emit_soon=events.soon, burst=listen.refusal_audit_burst,
                                per_minute=listen.refusal_audit_per_minute)
     endpoint = McpEndpoint(gateway, Dispatcher(gateway, StateSealer(settings.sessions.state)), authenticate,
-                           on_session=on_session, on_refused=refusals.report)
+                           on_session=on_session, on_refused=refusals.report,
+                           reauthenticate=authenticator.authenticate, on_revoked=revoked)
     http_protocol = front_door_protocol(FrontDoorOptions(
         max_header_bytes=listen.max_header_bytes, max_headers=listen.max_headers,
         max_target_bytes=listen.max_target_bytes, request_timeout_s=listen.request_timeout_s,

@@ -1,6 +1,7 @@
 """Through the running gateway: one principal cannot lock others out of sessions (``sessions.max_per_principal``),
 and a GET stream ends with its session, whichever way the session ends (eviction, expiry, DELETE through another
-replica, the JWT it was opened with expiring)."""
+replica, the JWT it was opened with expiring); every stream (GET or ``subscriptions/listen``) ends when the
+credential it was opened with stops authenticating."""
 
 from __future__ import annotations
 
@@ -218,3 +219,135 @@ def test_a_stream_closes_when_the_jwt_it_was_opened_with_expires(tmp_path: Path,
     finally:
         gw.stop()
         jwks.stop()
+
+
+# -- what a credential opened ends when the credential stops authenticating (server/standing.py) ---------------
+
+MODERN = "2026-07-28"
+
+
+class ListenStream:
+    """A 2026-07-28 ``subscriptions/listen`` stream read on a thread: the methods that arrived, and its end."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self.methods: list[str] = []
+        self.ended_at: float | None = None
+        self._opened = threading.Event()
+        self._client = httpx.Client(timeout=httpx.Timeout(60.0, read=90.0))
+        self._body = {"jsonrpc": "2.0", "id": 41, "method": "subscriptions/listen", "params": {
+            "notifications": {"toolsListChanged": True},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                      "io.modelcontextprotocol/clientCapabilities": {}}}}
+        self._headers = {**headers, "Accept": "application/json, text/event-stream",
+                         "Content-Type": "application/json",
+                         **request_headers("subscriptions/listen", self._body["params"], MODERN)}
+        self._thread = threading.Thread(target=self._read, args=(url,), daemon=True)
+        self._thread.start()
+        assert self._opened.wait(10), "the listen stream did not open"
+        assert self.methods[:1] == ["notifications/subscriptions/acknowledged"]
+
+    def _read(self, url: str) -> None:
+        try:
+            with self._client.stream("POST", url, content=json.dumps(self._body), headers=self._headers) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data:"):
+                        self.methods.append(json.loads(line[5:])["method"])
+                        self._opened.set()
+        except httpx.HTTPError:
+            pass
+        finally:
+            self.ended_at = time.monotonic()
+            self._opened.set()
+
+    def wait_end(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return self.ended_at is not None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def modern_call(url: str, token: str, name: str) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
+        "name": name, "arguments": {}, "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                                                 "io.modelcontextprotocol/clientCapabilities": {}}}}
+    return httpx.post(url, content=json.dumps(body), timeout=30, headers={
+        **bearer(token), "Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+        **request_headers("tools/call", body["params"], MODERN)})
+
+
+@pytest.fixture
+def idp(tmp_path: Path) -> Iterator[tuple[GatewayProcess, JwksServer, list[Any]]]:
+    """A gateway trusting a JWKS of two keys; sessions idle out after 4 s, so a GET stream ticks every 2 s."""
+    keys = [rsa_pair("standing-1"), rsa_pair("standing-2")]
+    jwks = JwksServer(keys=[k.jwk for k in keys]).start()
+    port = free_port()
+    gw = GatewayProcess({"upstreams": {"basic": stdio_upstream()},
+                         "sessions": {"idle_timeout": "4s"},
+                         "auth": {"jwt": {"issuer": "https://idp.test", "jwks_url": jwks.url, "algorithms": ["RS256"],
+                                          "leeway": "100ms", "jwks_cache_ttl": "1s"},
+                                  "resource": f"http://127.0.0.1:{port}/mcp"}}, tmp_path, port=port).start()
+    yield gw, jwks, keys
+    gw.stop()
+    jwks.stop()
+
+
+def token_for(gw: GatewayProcess, key: Any, sub: str, lifetime: int) -> str:
+    now = int(time.time())
+    return jwt.encode({"iss": "https://idp.test", "aud": gw.url, "sub": sub, "iat": now, "exp": now + lifetime},
+                      key.private, algorithm="RS256", headers={"kid": key.kid})
+
+
+def test_a_listen_stream_hears_nothing_once_the_jwt_it_was_opened_with_expires(
+        idp: tuple[GatewayProcess, JwksServer, list[Any]]) -> None:
+    gw, _, keys = idp
+    short, other = token_for(gw, keys[0], "carol", 3), token_for(gw, keys[0], "dave", 600)
+    stream = ListenStream(gw.url, bearer(short))
+    try:
+        assert stream.wait_end(8), "the listen stream outlived its token"
+        # An expiry is the token's ordinary end, not a revocation: nothing is audited as a failure.
+        assert gw.records("auth.failure") == []
+        assert modern_call(gw.url, short, "basic__echo").status_code == 401
+        # A list change after the expiry (by someone else) reaches no stream of carol's.
+        assert modern_call(gw.url, other, "basic__grow").status_code == 200
+        assert stream.methods == ["notifications/subscriptions/acknowledged"]
+    finally:
+        stream.close()
+
+
+def test_streams_end_when_the_key_that_signed_their_jwt_leaves_the_jwks(
+        idp: tuple[GatewayProcess, JwksServer, list[Any]]) -> None:
+    """The IdP withdraws a signing key (a compromised key): tokens it signed stop authenticating once the JWKS
+    cache refreshes (at most every 30 s), and so must every stream and session they opened, long before ``exp``."""
+    gw, jwks, keys = idp
+    withdrawn, kept = token_for(gw, keys[0], "carol", 600), token_for(gw, keys[1], "carol", 600)
+    client = RpcClient(gw.url, bearer(withdrawn))
+    client.initialize()
+    get_stream = Stream(gw.url, client.session_id or "", bearer(withdrawn))
+    listen = ListenStream(gw.url, bearer(withdrawn))
+    try:
+        jwks.keys = [keys[1].jwk]
+        deadline = time.monotonic() + 50
+        while get_stream.ended_at is None and time.monotonic() < deadline:
+            # Carol's client goes on with a token signed by the key that stays, keeping the session in use; its
+            # GET stream still holds the withdrawn one.
+            assert client.post({"jsonrpc": "2.0", "id": 8, "method": "ping"}, bearer(kept)).status_code == 200
+            time.sleep(1)
+        assert get_stream.ended_at is not None, "the GET stream outlived the withdrawal of its token's signing key"
+        assert listen.wait_end(50), "the listen stream outlived the withdrawal of its token's signing key"
+        assert modern_call(gw.url, withdrawn, "basic__echo").status_code == 401
+        # The session the withdrawn credential held a stream of ended with it, on every replica.
+        assert client.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}, bearer(kept)).status_code == 404
+        ends = gw.wait_records("session.end", 1)
+        assert [(r["session"], r["reason"], r["principal"]["id"]) for r in ends] == \
+            [(client.session_id, "revoked", "carol")]
+        # Each revocation is audited as the failed authentication it is, once per stream, naming whose it was.
+        failures = [r for r in gw.wait_records("auth.failure", 3) if r["principal"] is not None]
+        assert sorted((r["era"], r["session"], r["principal"]["id"]) for r in failures) == \
+            [("legacy", client.session_id, "carol"), ("modern", None, "carol")]
+        assert modern_call(gw.url, kept, "basic__grow").status_code == 200
+        assert listen.methods == ["notifications/subscriptions/acknowledged"]
+    finally:
+        get_stream.close()
+        listen.close()
+        client.close()

@@ -94,10 +94,13 @@ class AuditEvents:
                                        error=error))
 
     async def auth_failed(self, detail: str | None, *, method: str, remote_addr: str | None,
-                          traceparent: str | None) -> None:
-        """``detail`` is the authenticator's operator-facing reason; the record keeps only its class."""
+                          traceparent: str | None, principal: Principal | None = None, session: str | None = None,
+                          era: Era | None = None) -> None:
+        """``detail`` is the authenticator's operator-facing reason; the record keeps only its class. A stream's
+        credential failing when presented again names the principal it authenticated, and its session."""
         await self.emit(auth_failure_record(at=self._clock(), reason=auth_failure_reason(detail), method=method,
-                                            remote_addr=remote_addr, traceparent=traceparent))
+                                            remote_addr=remote_addr, traceparent=traceparent, principal=principal,
+                                            session=session, era=era))
 
     # -- the catalogue ----------------------------------------------------------------------------------------------
 

@@ -489,13 +489,17 @@ def catalogue_limit_record(*, at: float, drop: LimitDrop) -> dict[str, Any]:
 
 
 def auth_failure_record(*, at: float, reason: AuthFailureReason, method: str | None, remote_addr: str | None,
-                        key_id: str | None = None, traceparent: str | None = None) -> dict[str, Any]:
+                        key_id: str | None = None, traceparent: str | None = None,
+                        principal: Principal | None = None, session: str | None = None,
+                        era: Era | None = None) -> dict[str, Any]:
     """``auth.failure``: the class of failure and where from, never the credential itself.
 
     ``key_id`` is the public identifier of a presented API key or the ``kid``/``sub`` of a token whose signature
     was checked; pass ``None`` when the credential could not be parsed (the raw bytes might be the secret).
+    ``principal``, ``session`` and ``era`` are set only when an open stream's credential, presented again, failed:
+    the principal it had authenticated (``server/standing.py``).
     """
-    doc = _envelope("auth.failure", at, request_id=None, session=None, era=None, principal=None,
+    doc = _envelope("auth.failure", at, request_id=None, session=session, era=era, principal=principal,
                     client_info=None, traceparent=traceparent)
     doc.update(reason=reason, method=_short_or_none(method), remote_addr=_short_or_none(remote_addr),
                key_id=_short_or_none(key_id))

@@ -64,6 +64,7 @@ from bastion.server.lifecycle import SessionEvent, SessionLifecycle
 from bastion.server.modern import ModernDoor, is_modern
 from bastion.server.protocol import deliver, whole_body
 from bastion.server.responder import Responder
+from bastion.server.standing import OnRevoked, Reauthenticate, standing_of
 from bastion.view import View
 
 __all__ = ["Authenticate", "McpEndpoint", "OnRefused", "SessionEvent", "answered"]
@@ -94,8 +95,11 @@ class McpEndpoint:
     """ASGI app for the MCP endpoint path."""
 
     def __init__(self, gateway: Gateway, dispatcher: d.Dispatcher, authenticate: Authenticate,
-                 on_session: SessionEvent | None = None, on_refused: OnRefused | None = None) -> None:
+                 on_session: SessionEvent | None = None, on_refused: OnRefused | None = None,
+                 reauthenticate: Reauthenticate | None = None, on_revoked: OnRevoked | None = None) -> None:
         self.gw = gateway
+        # How a stream re-checks the credential it was opened with (``server/standing.py``).
+        self.standing = standing_of(reauthenticate, on_revoked)
         self.on_refused = on_refused
         self.dispatcher = dispatcher
         self.authenticate = authenticate
@@ -114,11 +118,11 @@ class McpEndpoint:
 
     @cached_property
     def _sessions(self) -> SessionLifecycle:
-        return SessionLifecycle(self.gw, self.dispatcher, self._responder, self.on_session)
+        return SessionLifecycle(self.gw, self.dispatcher, self._responder, self.on_session, self.standing)
 
     @cached_property
     def _modern(self) -> ModernDoor:
-        return ModernDoor(self.gw, self.dispatcher, self._responder, self.listeners)
+        return ModernDoor(self.gw, self.dispatcher, self._responder, self.listeners, self.standing)
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)

@@ -40,6 +40,7 @@ from bastion.server.dispatch import Dispatcher, negotiate
 from bastion.server.emitter import Emitter, NullEmitter
 from bastion.server.responder import Responder
 from bastion.server.scope import Scope
+from bastion.server.standing import Standing, StandingOf, Verdict
 from bastion.server.stream_clock import Idle, next_message
 from bastion.sessions.live import LiveSession
 from bastion.sessions.store import SessionData, new_session_id
@@ -49,8 +50,9 @@ __all__ = ["SessionEvent", "SessionLifecycle"]
 
 log = structlog.get_logger("bastion.http")
 
-# ("session.start" | "session.end", session, principal): the audit record of a session's start and end.
-SessionEvent = Callable[[str, SessionData, Principal], Awaitable[None]]
+# ("session.start" | "session.end", session, principal, why it ended): the audit record of a session's start and
+# end.
+SessionEvent = Callable[[str, SessionData, Principal, str | None], Awaitable[None]]
 
 
 def stream_tick(idle_timeout_s: float) -> float:
@@ -62,8 +64,9 @@ def stream_tick(idle_timeout_s: float) -> float:
 
 class SessionLifecycle:
     def __init__(self, gateway: Gateway, dispatcher: Dispatcher, responder: Responder,
-                 on_session: SessionEvent | None) -> None:
+                 on_session: SessionEvent | None, standing: StandingOf) -> None:
         self.gw = gateway
+        self.standing = standing
         self.dispatcher = dispatcher
         self.responder = responder
         self.on_session = on_session
@@ -113,7 +116,7 @@ class SessionLifecycle:
         await self.gw.store.create(data)
         if self.on_session is not None:
             try:
-                await self.on_session("session.start", data, principal)
+                await self.on_session("session.start", data, principal, None)
             except BaseException:
                 await self._discard(data)
                 raise
@@ -230,8 +233,11 @@ class SessionLifecycle:
         A stream is authorised once, when it opens, and may stay open for hours, so it does not rely on that:
         every way its session ends ends it (``LiveSessions.end``: DELETE, expiry and eviction found on this
         replica), and at each keep-alive tick it re-checks its session in the store without refreshing it, so a
-        session ended through another replica (with Redis) closes the stream within one tick. A stream opened with
-        a JWT also closes when the token expires (``exp``): the client reconnects with a fresh one.
+        session ended through another replica (with Redis) closes the stream within one tick. At each tick, and
+        at a JWT's ``exp``, it also presents its credential again (``server/standing.py``): an expired one closes
+        the stream (the client reconnects with a fresh one, in the same session); one that no longer
+        authenticates at all (``revoked``) ends the session; one whose principal changed groups or attributes
+        goes on as the principal it is now, which every later delivery is judged with.
         """
         session = await self.find(request, principal)
         if not sse_ok:
@@ -244,20 +250,17 @@ class SessionLifecycle:
         live.get_stream = queue
         live.principal, live.log_level = principal, session.log_level  # for upstream log relay
         tick = stream_tick(self.gw.settings.sessions.idle_timeout_s)
-        expires = principal.expires_at
+        standing = self.standing(principal, request.headers, request.client.host if request.client else None,
+                                 "legacy", session.id)
 
         async def events() -> AsyncIterator[bytes]:
             try:
                 yield b": bastion stream open\n\n"
                 while True:
-                    item = await next_message(queue.get, tick, expires)
-                    if item is Idle.EXPIRED:
-                        log.info("session.stream_closed", session=session.id[:8], reason="credential_expired")
-                        return
-                    if item is Idle.TICK:
-                        if not await self._still_open(session, principal):
-                            self.gw.live.end(session.id)
-                            log.info("session.stream_closed", session=session.id[:8], reason="session_ended")
+                    item = await next_message(queue.get, tick, standing.principal.expires_at)
+                    if item is Idle.TICK or item is Idle.EXPIRED:
+                        # At each tick, and at the credential's expiry (after which nothing more is delivered).
+                        if not await self._still_standing(session, live, standing):
                             return
                         yield b": keep-alive\n\n"
                         continue
@@ -270,6 +273,39 @@ class SessionLifecycle:
                 queue.close(ConnectionError("the GET stream is gone"))
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def _still_standing(self, session: SessionData, live: LiveSession, standing: Standing) -> bool:
+        """Whether the GET stream may go on: its credential still authenticates its principal, and its session is
+        still open. Ends what may not (the stream; with a revoked credential, the session too)."""
+        verdict = await standing.check()
+        if verdict.ended == "credential_expired":
+            log.info("session.stream_closed", session=session.id[:8], reason="credential_expired")
+            return False
+        if verdict.ended == "revoked":
+            await self._revoke(session, verdict)
+            return False
+        live.principal = verdict.principal
+        if not await self._still_open(session, verdict.principal):
+            self.gw.live.end(session.id)
+            log.info("session.stream_closed", session=session.id[:8], reason="session_ended")
+            return False
+        return True
+
+    async def _revoke(self, session: SessionData, verdict: Verdict) -> None:
+        """The credential that opened the stream no longer authenticates anyone (or now stands for someone else):
+        the session ends, on every replica, with its ``session.end`` record (``revoked``). Calls already running
+        finish on their own POST streams, each authorised when it started and bounded by its timeout."""
+        log.warning("session.revoked", session=session.id[:8], principal=verdict.principal.id,
+                    detail=verdict.detail)
+        try:
+            await self.gw.store.delete(session.id)
+        except HttpError:
+            # The store is unreachable: the session ends here now, and at its idle timeout everywhere; the
+            # credential is refused on every request anyway.
+            log.warning("session.revoke_unshared", session=session.id[:8])
+        self.gw.live.end(session.id)
+        if self.on_session is not None:
+            await self.on_session("session.end", session, verdict.principal, "revoked")
 
     async def _still_open(self, session: SessionData, principal: Principal) -> bool:
         """Whether the stream's session is still open, asked without counting as a use; an unavailable store
@@ -286,7 +322,7 @@ class SessionLifecycle:
         await self.gw.store.delete(session.id)
         self.gw.live.drop(session.id)
         if self.on_session is not None:
-            await self.on_session("session.end", session, principal)
+            await self.on_session("session.end", session, principal, "deleted")
         log.info("session.end", session=session.id[:8], principal=principal.id)
         return Answer.empty(200)
 

@@ -38,6 +38,7 @@ from bastion.server.headers import check_request_headers
 from bastion.server.listen import Listeners, ListenFilter, Stream, tagged
 from bastion.server.responder import Responder
 from bastion.server.scope import Scope
+from bastion.server.standing import Standing, StandingOf
 from bastion.server.stream_clock import Idle, next_message
 from bastion.sse import encode_event
 
@@ -54,8 +55,9 @@ def is_modern(meta: object) -> TypeGuard[dict[str, Any]]:
 
 class ModernDoor:
     def __init__(self, gateway: Gateway, dispatcher: Dispatcher, responder: Responder,
-                 listeners: Listeners) -> None:
+                 listeners: Listeners, standing: StandingOf) -> None:
         self.gw = gateway
+        self.standing = standing
         self.dispatcher = dispatcher
         self.responder = responder
         self.listeners = listeners
@@ -72,7 +74,7 @@ class ModernDoor:
             return Answer.empty(202).response()
         if msg.method == LISTEN:
             try:
-                return await self._listen(admitted, msg, sse_ok)
+                return await self._listen(admitted, msg, sse_ok, request)
             except ProtocolError as exc:
                 return Answer.error(msg.id, exc).response()
         if not self.dispatcher.knows(msg.method, "modern"):
@@ -126,33 +128,35 @@ class ModernDoor:
             return None
         return entry.definition.get("inputSchema")
 
-    async def _listen(self, scope: Scope, msg: jsonrpc.Message, sse_ok: bool) -> Response:
+    async def _listen(self, scope: Scope, msg: jsonrpc.Message, sse_ok: bool, request: Request) -> Response:
         """``subscriptions/listen``: acknowledgement first, then only what the client opted into, each message
-        tagged with the listen request's id, keep-alive comments in between, until the client goes away."""
+        tagged with the listen request's id, keep-alive comments in between, until the client goes away or the
+        credential it was opened with no longer authenticates its principal (``server/standing.py``: checked at
+        each keep-alive tick and at a JWT's ``exp``; a principal whose groups or attributes changed listens on as
+        the principal it is now)."""
         if not sse_ok:
             raise HttpError(406, "Not Acceptable: subscriptions/listen answers with text/event-stream")
         assert msg.id is not None
         wanted = ListenFilter.from_params(cast(ListenParams, msg.params))
         resources = await self.dispatcher.listen_resources(scope, wanted.resources)
         stream = Stream(msg.id, scope.principal, ListenFilter(lists=wanted.lists, resources=resources))
+        standing = self.standing(scope.principal, request.headers,
+                                 request.client.host if request.client else None, "modern", None)
         for ended in self.listeners.open(stream):
             log.warning("listen.evicted", principal=scope.principal.id, subscription=str(ended.subscription_id)[:64])
         ack = tagged(ACKNOWLEDGED, {"notifications": stream.filter.honoured()}, msg.id)
         log.info("listen.open", principal=scope.principal.id, lists=sorted(stream.filter.lists),
                  resources=len(resources))
 
-        expires = scope.principal.expires_at
-
         async def events() -> AsyncIterator[bytes]:
             try:
                 yield encode_event(jsonrpc.dumps(ack), event="message")
                 while True:
-                    item = await next_message(stream.queue.get, KEEPALIVE_S, expires)
-                    if item is Idle.EXPIRED:
-                        # Opened with a JWT that has expired since: the client listens again with a fresh one.
-                        log.info("listen.expired", principal=scope.principal.id)
-                        return
-                    if item is Idle.TICK:
+                    item = await next_message(stream.queue.get, KEEPALIVE_S, standing.principal.expires_at)
+                    if item is Idle.TICK or item is Idle.EXPIRED:
+                        # At each tick, and at the credential's expiry (after which nothing more is delivered).
+                        if not await self._still_standing(stream, standing):
+                            return
                         yield b": keep-alive\n\n"
                         continue
                     if item is None:  # ended by bastion (a stalled reader): the client re-listens and refetches
@@ -166,3 +170,13 @@ class ModernDoor:
                 log.info("listen.closed", principal=scope.principal.id)
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def _still_standing(self, stream: Stream, standing: Standing) -> bool:
+        """Whether the listen stream's credential still authenticates its principal; the stream hears every later
+        message as the principal it is now."""
+        verdict = await standing.check()
+        if verdict.ended is None:
+            stream.principal = verdict.principal
+            return True
+        log.info("listen.ended", principal=verdict.principal.id, reason=verdict.ended, detail=verdict.detail)
+        return False
