@@ -126,3 +126,25 @@ def test_online_reaches_the_pin_store_or_says_it_cannot(tmp_path: Path, private_
     down = check("-c", "bastion.yaml", "--online", cwd=tmp_path, env=dead)
     assert down.returncode == 3
     assert "error: pin store unreachable (RedisPinStore)" in down.stderr
+
+
+def test_bounds_an_operator_tunes_are_validated(tmp_path: Path) -> None:
+    """``listen.client_backlog`` and an upstream's ``max_server_requests``: out-of-range values are errors that name
+    the key, before anything serves; values in range pass."""
+    cases = {
+        "listen:\n  client_backlog: 0\n" + STDIO: "[listen.client_backlog]: expected an integer >= 16",
+        "listen:\n  client_backlog: 100000\n" + STDIO: "[listen.client_backlog]: at most 65536 messages",
+        "listen:\n  client_backlog: lots\n" + STDIO: "[listen.client_backlog]: expected an integer >= 16",
+        STDIO + "    max_server_requests: 0\n": "[upstreams.files.max_server_requests]: max_server_requests must be "
+                                               "a whole number from 1 to 4096",
+        STDIO + "    max_server_requests: true\n": "[upstreams.files.max_server_requests]: max_server_requests must "
+                                                  "be a whole number from 1 to 4096",
+    }
+    for text, error in cases.items():
+        write(tmp_path / "bastion.yaml", "auth: none\n" + text)
+        done = check("-c", "bastion.yaml", cwd=tmp_path)
+        assert done.returncode == 1 and error in done.stderr, (text, done.stderr)
+    write(tmp_path / "bastion.yaml", "auth: none\nlisten:\n  client_backlog: 1024\n" + STDIO
+          + "    max_server_requests: 128\n")
+    done = check("-c", "bastion.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr

@@ -178,7 +178,8 @@ def build(settings: Settings) -> Components:
     approvals = ApprovalService(approvals_cfg, approval_store)
 
     members = [Member(upstream=build_upstream(cfg, http, on_stray=metrics.upstream_stray_response,
-                                             on_stderr=metrics.upstream_stderr), prefix=cfg.prefix,
+                                             on_stderr=metrics.upstream_stderr,
+                                             on_refused=metrics.upstream_server_request_refused), prefix=cfg.prefix,
                       timeout_s=min(cfg.timeout, cfg.max_timeout)) for cfg in settings.upstreams if cfg.enabled]
     requests = RefreshRequests()
     changes: ChangeFeed[View] = ChangeFeed()

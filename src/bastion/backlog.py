@@ -7,7 +7,9 @@ at which they arrive is the upstream's; the rate at which they leave is the clie
 must not make bastion hold an upstream's traffic without limit, so the bound is here, in the queue, and not in
 each producer, where a new producer would have to remember it:
 
-- up to ``bound`` messages are queued as they come;
+- up to ``bound`` messages are queued as they come (``listen.client_backlog``, default ``DEFAULT_BACKLOG``: an
+  operator trades memory held per slow client against how large a burst one absorbs before dropping, with
+  ``bastion_relay_dropped_total`` to tell which side needs it);
 - past it a notification is *coalesced* when a queued one says the same thing older (the latest progress of a
   token, an update of the same resource URI, the same list changed: the queued one is replaced in place by the
   newer one, so the client still gets the newest value), otherwise *dropped*. Drops leave one marker in the
@@ -33,12 +35,16 @@ from typing import Any
 
 from bastion.protocol.methods import LOG_MESSAGE, PROGRESS, RESOURCE_UPDATED
 
-__all__ = ["CALL_BACKLOG", "KINDS", "STREAM_BACKLOG", "DropHook", "Outbox", "kind_of"]
+__all__ = ["CALL_BACKLOG", "DEFAULT_BACKLOG", "KINDS", "MAX_BACKLOG", "STREAM_BACKLOG", "DropHook", "Outbox",
+           "kind_of"]
 
-# Messages a call's response stream holds for a client that does not read it.
-CALL_BACKLOG = 256
-# Messages a session's GET stream holds for a client that does not read it.
-STREAM_BACKLOG = 256
+# Messages a stream (a call's response stream, a session's GET stream) holds for a client that does not read it,
+# unless ``listen.client_backlog`` says otherwise; and the most that setting accepts (each message may be up to an
+# upstream's max_message_size before the sanitizer cuts it).
+DEFAULT_BACKLOG = 256
+MAX_BACKLOG = 65_536
+CALL_BACKLOG = DEFAULT_BACKLOG
+STREAM_BACKLOG = DEFAULT_BACKLOG
 
 # (queue, kind): one message was coalesced or dropped. ``queue`` is ``call`` or ``session``; ``kind`` one of KINDS.
 DropHook = Callable[[str, str], None]
@@ -126,6 +132,10 @@ class Outbox:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def bound(self) -> int:
+        return self._bound
 
     def qsize(self) -> int:
         return len(self._items)

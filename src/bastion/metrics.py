@@ -100,6 +100,10 @@ class Metrics:
             "bastion_upstream_stray_responses", "Upstream responses dropped because they answered no request of "
             "their stream (reason: unknown_id, late, duplicate, wrong_stream, malformed_id).",
             ["upstream", "reason"], registry=r)
+        self.upstream_server_requests_refused = Counter(
+            "bastion_upstream_server_requests_refused", "Requests an upstream sent bastion (sampling, elicitation, "
+            "roots/list, ping) refused with a JSON-RPC error (reason: too_many, duplicate_id, not_accepted, "
+            "no_call, ambiguous).", ["upstream", "reason"], registry=r)
         self.upstream_stderr_lines = Counter(
             "bastion_upstream_stderr_lines", "Lines a stdio upstream wrote to stderr, by what became of them: logged, "
             "truncated (logged cut at stderr.max_line_size) or suppressed (over the stderr rate limit).",
@@ -242,6 +246,11 @@ class Metrics:
         """Matches ``build_upstream(on_stray=...)``."""
         self.upstream_stray_responses.labels(upstream=self._cap("upstream", upstream),
                                              reason=self._cap("reason", reason)).inc()
+
+    def upstream_server_request_refused(self, upstream: str, reason: str) -> None:
+        """Matches ``build_upstream(on_refused=...)``; ``reason`` is a closed set (``session.REFUSAL_REASONS``)."""
+        self.upstream_server_requests_refused.labels(upstream=self._cap("upstream", upstream),
+                                                     reason=self._cap("reason", reason)).inc()
 
     def relay_dropped(self, queue: str, kind: str) -> None:
         """Matches ``Gateway.relay_dropped`` (``bastion.backlog.DropHook``); both labels are closed sets."""

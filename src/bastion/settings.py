@@ -19,6 +19,7 @@ from bastion.admin.config import AdminConfig
 from bastion.approvals.config import ApprovalsConfig
 from bastion.audit.config import AuditConfig
 from bastion.auth.config import AuthConfig
+from bastion.backlog import DEFAULT_BACKLOG, MAX_BACKLOG
 from bastion.catalogue_limits import CatalogueLimits
 from bastion.errors import ConfigError
 from bastion.health.config import HealthConfig
@@ -67,6 +68,9 @@ class ListenConfig:
     refusal_audit_per_minute: int = 12
     # Deepest JSON nesting accepted in a message (the envelope counts: params.arguments start at level 3).
     max_json_depth: int = 64
+    # Messages one client stream (a call's SSE response, a GET stream) holds while its client does not read
+    # (``bastion.backlog``); past it notifications are coalesced or dropped, and counted.
+    client_backlog: int = DEFAULT_BACKLOG
 
     @property
     def is_loopback(self) -> bool:
@@ -236,7 +240,7 @@ CORE_KEYS = {"listen", "redis", "upstreams", "catalogue", "sessions", "logging",
 
 def _listen(data: Mapping[str, Any]) -> ListenConfig:
     check_keys(data, {"host", "port", "path", "allowed_origins", "allowed_hosts", "max_body_size",
-                      "max_json_depth", *_LIMIT_KEYS}, "listen")
+                      "max_json_depth", "client_backlog", *_LIMIT_KEYS}, "listen")
     path = data.get("path", "/mcp")
     if not isinstance(path, str) or not path.startswith("/"):
         raise ConfigError("must be an absolute URL path such as /mcp", path="listen.path")
@@ -252,7 +256,16 @@ def _listen(data: Mapping[str, Any]) -> ListenConfig:
         max_body_bytes=parse_size(data.get("max_body_size", 4 * 1024 * 1024), "listen.max_body_size"),
         **_listen_limits(data),
         max_json_depth=_json_depth(data.get("max_json_depth", DEFAULT_MAX_DEPTH)),
+        client_backlog=_client_backlog(data.get("client_backlog", DEFAULT_BACKLOG)),
     )
+
+
+def _client_backlog(value: Any) -> int:
+    backlog = as_int(value, "listen.client_backlog", minimum=16)
+    if backlog > MAX_BACKLOG:
+        raise ConfigError(f"at most {MAX_BACKLOG} messages (each may be as large as an upstream's max_message_size)",
+                          path="listen.client_backlog")
+    return backlog
 
 
 _LIMIT_KEYS = {"max_header_size", "max_headers", "max_target_size", "request_timeout", "keep_alive_timeout",

@@ -136,3 +136,24 @@ def test_requests_to_the_client_are_capped_per_call_and_end_with_the_call(gw: Ga
     assert again["total"] == n
     client.close()
 
+
+
+def refused_metric(gw: GatewayProcess) -> dict[str, float]:
+    text = httpx.get(gw.base + "/metrics", timeout=10).text
+    return {sample.labels["reason"]: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "bastion_upstream_server_requests_refused_total"
+            and sample.labels.get("upstream") == "pings"}
+
+
+def test_server_requests_refused_past_the_upstreams_own_bound_are_counted(tmp_path: Path) -> None:
+    """An upstream that stops reading and floods pings: past its ``max_server_requests`` each one is refused,
+    and every refusal is counted by reason (the log line about them is rate-limited)."""
+    g = GatewayProcess({"auth": "none", "pinning": {"enabled": False}, "upstreams": {
+        "pings": stdio_upstream("tests.fixtures.flood_server", "--pingflood", "3000", max_server_requests=4)}},
+        tmp_path).start()
+    try:
+        wait_until(lambda: refused_metric(g).get("too_many", 0) >= 100, "refusals counted", limit=60)
+        assert set(refused_metric(g)) <= {"too_many", "duplicate_id", "not_accepted", "no_call", "ambiguous"}
+    finally:
+        g.stop()

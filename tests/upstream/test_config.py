@@ -102,3 +102,24 @@ async def test_factory_builds_each_transport() -> None:
         assert isinstance(pinned, AutoHttpUpstream)
         assert pinned.era == "modern"
         assert isinstance(build_upstream(parse({"url": "http://a/sse", "transport": "sse"}), client), SseUpstream)
+
+
+async def test_max_server_requests_reaches_every_transports_connection() -> None:
+    """An upstream's ``max_server_requests`` bounds the connection of whichever transport it is built with (and
+    refusals go to the one ``on_refused``); without it, the default."""
+    def hook(upstream: str, reason: str) -> None:
+        return None
+
+    async with httpx.AsyncClient() as client:
+        stdio = build_upstream(parse({"command": ["x"], "max_server_requests": 128}), client, on_refused=hook)
+        auto = build_upstream(parse({"url": "http://a/mcp", "max_server_requests": 7}), client, on_refused=hook)
+        sse = build_upstream(parse({"url": "http://a/sse", "transport": "sse", "max_server_requests": 9}), client,
+                             on_refused=hook)
+        plain = build_upstream(parse({"command": ["x"]}), client)
+        assert isinstance(stdio, StdioUpstream) and isinstance(auto, AutoHttpUpstream)
+        assert isinstance(sse, SseUpstream) and isinstance(plain, StdioUpstream)
+        sessions = [(stdio._rpc, 128), (auto._modern._rpc, 7), (auto._handshake._rpc, 7), (sse._rpc, 9),
+                    (plain._rpc, 32)]
+        for rpc, bound in sessions:
+            assert rpc._max_serving == bound
+        assert all(rpc._on_refused is hook for rpc, _ in sessions[:-1])

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from bastion.errors import INVALID_REQUEST, RATE_LIMITED, UpstreamUnavailable
-from bastion.upstream.session import MAX_SERVING, RpcSession
+from bastion.upstream.session import MAX_SERVING, REFUSAL_REASONS, RpcSession, ServerRequests
 from bastion.upstream.stdio import STDIN_HIGH_WATER, StdioUpstream
 from tests.upstream.helpers import ROOT, Inbox, server_command
 
@@ -115,4 +115,35 @@ async def test_a_request_reusing_an_id_in_service_is_refused(rid: Any) -> None:
     assert len(rpc._serving) == 1
     await asyncio.gather(*rpc._serving.values())
     assert [("error" in m) for m in sent] == [True, False]
+    await rpc.aclose()
+
+
+async def test_every_refusal_is_reported_with_its_reason_and_the_bound_is_the_connections_own() -> None:
+    """``max_server_requests`` bounds the connection, and every refusal (not only those the rate-limited log shows)
+    reaches ``on_refused`` with a reason from a closed set, whatever the upstream sent."""
+    sent: list[dict[str, Any]] = []
+    refused: list[tuple[str, str]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    rpc = RpcSession("flood", send, server_requests=ServerRequests(
+        max_serving=3, on_refused=lambda upstream, reason: refused.append((upstream, reason))))
+    for i in range(500):
+        await rpc.handle({"jsonrpc": "2.0", "id": i, "method": "ping"})
+        assert len(rpc._serving) <= 3
+    await rpc.handle({"jsonrpc": "2.0", "id": 0, "method": "ping"})  # an id still being served
+    await asyncio.gather(*rpc._serving.values())
+    # Outside any call: nobody to relay a sampling request to.
+    await rpc.handle({"jsonrpc": "2.0", "id": "s1", "method": "sampling/createMessage", "params": {}})
+    await asyncio.gather(*rpc._serving.values())
+    rpc.accept_server_requests = False  # a 2026-07-28 server may send none
+    await rpc.handle({"jsonrpc": "2.0", "id": "s2", "method": "elicitation/create", "params": {}})
+    await asyncio.gather(*rpc._serving.values())
+    counts: dict[str, int] = {}
+    for upstream, reason in refused:
+        assert upstream == "flood" and reason in REFUSAL_REASONS
+        counts[reason] = counts.get(reason, 0) + 1
+    assert counts == {"too_many": 497, "duplicate_id": 1, "no_call": 1, "not_accepted": 1}
+    assert len([m for m in sent if "error" in m]) == 500
     await rpc.aclose()

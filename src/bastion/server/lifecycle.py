@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from bastion import jsonrpc, strictjson
-from bastion.backlog import STREAM_BACKLOG, Outbox
+from bastion.backlog import Outbox
 from bastion.delivery import ListChange
 from bastion.errors import INVALID_REQUEST, HttpError, MessageRejected, ProtocolError
 from bastion.gateway import Gateway
@@ -246,7 +246,7 @@ class SessionLifecycle:
         if live.get_stream is not None:
             raise HttpError(409, "Conflict: this session already has a GET stream")
         # Bounded for every producer (resource updates, list changes, log messages): ``bastion.backlog``.
-        queue = Outbox(self.gw.relay_dropped, bound=STREAM_BACKLOG, queue="session")
+        queue = Outbox(self.gw.relay_dropped, bound=self.gw.settings.listen.client_backlog, queue="session")
         live.get_stream = queue
         live.principal, live.log_level = principal, session.log_level  # for upstream log relay
         tick = stream_tick(self.gw.settings.sessions.idle_timeout_s)

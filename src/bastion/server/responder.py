@@ -61,6 +61,8 @@ class Responder:
         # Ids of bastion's own requests to clients (sampling, elicitation), unique on this replica.
         self._ids = ids
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Messages a call's response stream holds for a client that does not read it (``listen.client_backlog``).
+        self._backlog = gateway.settings.listen.client_backlog
 
     def task(self) -> asyncio.Task[Any]:
         """The current task. ``asyncio.current_task()`` looks the running loop up, a ``getpid`` system call on
@@ -134,7 +136,8 @@ class Responder:
         """The channel ``respond`` will give this request: a stream for a ``tools/call`` whose client accepts
         SSE, else none. A front door that builds its ``Scope`` with it spares ``respond`` a copy of the scope."""
         if sse_ok and msg.method == TOOLS_CALL:
-            return StreamEmitter(Outbox(self.gw.relay_dropped), live if era == "legacy" else None, self._ids)
+            return StreamEmitter(Outbox(self.gw.relay_dropped, bound=self._backlog), live if era == "legacy" else None,
+                                 self._ids)
         return NullEmitter()
 
     async def respond(self, scope: Scope, msg: jsonrpc.Message, live: LiveSession | None,
@@ -160,8 +163,8 @@ class Responder:
                             headers=SSE_HEADERS)
         emitter = scope.emitter
         if not isinstance(emitter, StreamEmitter):
-            emitter = StreamEmitter(Outbox(self.gw.relay_dropped), live if scope.era == "legacy" else None,
-                                    self._ids)
+            emitter = StreamEmitter(Outbox(self.gw.relay_dropped, bound=self._backlog),
+                                    live if scope.era == "legacy" else None, self._ids)
             scope = scope._replace(emitter=emitter)
         return CallResponse(self, scope, msg, live, emitter.outbox)
 

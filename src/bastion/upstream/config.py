@@ -6,6 +6,7 @@
       legacy: {url: "https://old/mcp", era: legacy}   # skip era detection: auto (default), legacy or modern
       plain:  {url: "http://10.0.0.5/mcp", http_client: httpx}  # POST through httpx instead of the lean pool
       big:    {url: "https://big/mcp", max_message_size: 256MiB}  # one message, once decoded (default 64 MiB)
+      agent:  {command: [agent], max_server_requests: 128}  # its requests served at once (default 32)
 
 Upstream credentials come only from here (``${VAR}`` is expanded from the environment at load time), never from
 clients, so a client's token can never reach an upstream.
@@ -29,7 +30,7 @@ from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.connections import H1Pool, eligible
 from bastion.upstream.http_auto import AutoHttpUpstream
 from bastion.upstream.http_sse import SseUpstream
-from bastion.upstream.session import StrayHandler
+from bastion.upstream.session import MAX_SERVING, RefusalHandler, ServerRequests, StrayHandler
 from bastion.upstream.stderr import DEFAULT_STDERR, StderrHook, StderrLimits
 from bastion.upstream.stdio import StdioUpstream
 from bastion.yamlfile import expand_env
@@ -41,7 +42,10 @@ Transport = Literal["stdio", "streamable-http", "sse"]
 # everything goes through the shared httpx client, the escape hatch should an upstream need what only httpx does.
 HttpClientSetting = Literal["fast", "httpx"]
 
-_COMMON = {"prefix", "timeout", "max_timeout", "enabled", "era", "max_message_size"}
+_COMMON = {"prefix", "timeout", "max_timeout", "enabled", "era", "max_message_size", "max_server_requests"}
+# Requests one upstream connection may have bastion serve at once: each holds a task and, relayed, a client's
+# attention; beyond this, an upstream is flooding rather than working.
+MAX_SERVER_REQUESTS_CEILING = 4096
 _ERAS = ("auto", "legacy", "modern")
 # Detect, as the specification asks of dual-era clients. A server that answers server/discover but speaks the
 # handshake era's shapes (the SDK's low-level Server with plain-dict handlers does) needs `era: legacy`.
@@ -84,6 +88,8 @@ class UpstreamConfig:
     http_client: HttpClientSetting = "fast"
     # One message from the upstream, on every transport: a stdio line, an HTTP body or SSE event once decoded.
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    # Requests from the upstream (sampling, elicitation, roots/list, ping) served or relayed at once per connection.
+    max_server_requests: int = MAX_SERVING
     stderr: StderrLimits = DEFAULT_STDERR
 
     @classmethod
@@ -131,8 +137,13 @@ class UpstreamConfig:
         if era not in _ERAS:
             raise ConfigError("era must be 'auto', 'legacy' or 'modern'", path=f"{here}.era")
         max_message = parse_size(data.get("max_message_size", DEFAULT_MAX_MESSAGE_BYTES), f"{here}.max_message_size")
+        serving = data.get("max_server_requests", MAX_SERVING)
+        if not isinstance(serving, int) or isinstance(serving, bool) or not 1 <= serving <= MAX_SERVER_REQUESTS_CEILING:
+            raise ConfigError(f"max_server_requests must be a whole number from 1 to {MAX_SERVER_REQUESTS_CEILING}",
+                              path=f"{here}.max_server_requests")
         common: dict[str, Any] = {"name": name, "prefix": prefix, "timeout": timeout, "max_timeout": max_timeout,
-                                  "enabled": enabled, "era": era, "max_message_bytes": max_message}
+                                  "enabled": enabled, "era": era, "max_message_bytes": max_message,
+                                  "max_server_requests": serving}
 
         if "command" in data:
             command = data["command"]
@@ -185,17 +196,21 @@ def _stderr(data: Any, path: str) -> StderrLimits:
 
 
 def build_upstream(cfg: UpstreamConfig, http_client: httpx.AsyncClient, *,
-                   on_stray: StrayHandler | None = None, on_stderr: StderrHook | None = None) -> Upstream:
+                   on_stray: StrayHandler | None = None, on_stderr: StderrHook | None = None,
+                   on_refused: RefusalHandler | None = None) -> Upstream:
     """``on_stray(upstream, reason)`` hears of every response dropped because it answered no request of its stream
-    (see ``bastion.upstream.session``), ``on_stderr(upstream, outcome, lines)`` of a stdio child's stderr lines
-    (``bastion.upstream.stderr``); the app counts both."""
+    (see ``bastion.upstream.session``), ``on_refused(upstream, reason)`` of every request from the upstream refused
+    (``session.REFUSAL_REASONS``), ``on_stderr(upstream, outcome, lines)`` of a stdio child's stderr lines
+    (``bastion.upstream.stderr``); the app counts them all."""
+    requests = ServerRequests(max_serving=cfg.max_server_requests, on_refused=on_refused)
     if cfg.transport == "stdio":
         return StdioUpstream(cfg.name, cfg.command, cfg.env, cfg.cwd, era=cfg.era, on_stray=on_stray,
-                             max_message_bytes=cfg.max_message_bytes, stderr=cfg.stderr, on_stderr=on_stderr)
+                             server_requests=requests, max_message_bytes=cfg.max_message_bytes, stderr=cfg.stderr,
+                             on_stderr=on_stderr)
     assert cfg.url is not None
     if cfg.transport == "sse":
-        return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client, on_stray=on_stray,
+        return SseUpstream(cfg.name, cfg.url, cfg.headers, http_client, on_stray=on_stray, server_requests=requests,
                            max_message_bytes=cfg.max_message_bytes)
     fast = H1Pool(cfg.name) if cfg.http_client == "fast" and eligible(cfg.url) else None
     return AutoHttpUpstream(cfg.name, cfg.url, cfg.headers, http_client, era=cfg.era, fast=fast, on_stray=on_stray,
-                            max_message_bytes=cfg.max_message_bytes)
+                            server_requests=requests, max_message_bytes=cfg.max_message_bytes)

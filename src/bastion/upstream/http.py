@@ -42,7 +42,14 @@ from bastion.upstream.httpio import (
     sse_events,
     trace_headers,
 )
-from bastion.upstream.session import CLEANUP_TIMEOUT, Pending, RpcSession, StrayHandler
+from bastion.upstream.session import (
+    CLEANUP_TIMEOUT,
+    DEFAULT_SERVER_REQUESTS,
+    Pending,
+    RpcSession,
+    ServerRequests,
+    StrayHandler,
+)
 from bastion.upstream.supervisor import Backoff, StateListener
 
 __all__ = ["HttpUpstream"]
@@ -59,6 +66,7 @@ class HttpUpstream(HttpPeer):
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
                  backoff_max: float = 30.0, fast: H1Pool | None = None, on_stray: StrayHandler | None = None,
+                 server_requests: ServerRequests = DEFAULT_SERVER_REQUESTS,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast,
                          max_message_bytes=max_message_bytes)
@@ -70,7 +78,7 @@ class HttpUpstream(HttpPeer):
         # Set while the session is lost and not yet replaced (a re-initialization failed); see ``_transmit``.
         self._sessionless = False
         self._init_lock = asyncio.Lock()
-        self._rpc = RpcSession(name, self._post_message, on_stray=on_stray)
+        self._rpc = RpcSession(name, self._post_message, on_stray=on_stray, server_requests=server_requests)
         self._listener: asyncio.Task[None] | None = None
         self._stream_answered = asyncio.Event()
         self._on_state: StateListener | None = None

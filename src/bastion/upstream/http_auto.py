@@ -21,7 +21,7 @@ from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.connections import H1Pool
 from bastion.upstream.http import HttpUpstream
 from bastion.upstream.http_modern import ModernHttpUpstream
-from bastion.upstream.session import StrayHandler
+from bastion.upstream.session import DEFAULT_SERVER_REQUESTS, ServerRequests, StrayHandler
 from bastion.upstream.supervisor import StateListener
 
 __all__ = ["AutoHttpUpstream"]
@@ -31,7 +31,8 @@ class AutoHttpUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  era: EraSetting = "auto", init_timeout: float = 30.0, listen: bool = True,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0, fast: H1Pool | None = None,
-                 on_stray: StrayHandler | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 on_stray: StrayHandler | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 server_requests: ServerRequests = DEFAULT_SERVER_REQUESTS) -> None:
         """``fast``: a keep-alive pool for this upstream's POSTs (see ``connections``); this upstream owns it,
         closes it in ``close`` and reopens it in ``start``. Without one, every request goes through ``client``.
         ``max_message_bytes``: the most one message (a body, an SSE event) may take once decoded; more makes the
@@ -40,10 +41,12 @@ class AutoHttpUpstream:
         self._fast = fast
         self._modern = ModernHttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
                                           backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
-                                          on_stray=on_stray, max_message_bytes=max_message_bytes)
+                                          on_stray=on_stray, max_message_bytes=max_message_bytes,
+                                          server_requests=server_requests)
         self._handshake = HttpUpstream(name, url, headers, client, init_timeout=init_timeout, listen=listen,
                                     backoff_initial=backoff_initial, backoff_max=backoff_max, fast=fast,
-                                    on_stray=on_stray, max_message_bytes=max_message_bytes)
+                                    on_stray=on_stray, max_message_bytes=max_message_bytes,
+                                    server_requests=server_requests)
         self._pinned: UpstreamEra | None = None if era == "auto" else era
         self._era = self._pinned
         self._active: ModernHttpUpstream | HttpUpstream | None = None

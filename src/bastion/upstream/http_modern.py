@@ -47,7 +47,7 @@ from bastion.upstream.modern import (
     parse_discover_result,
 )
 from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
-from bastion.upstream.session import Pending, RpcSession, StrayHandler
+from bastion.upstream.session import DEFAULT_SERVER_REQUESTS, Pending, RpcSession, ServerRequests, StrayHandler
 from bastion.upstream.supervisor import Backoff
 
 __all__ = ["ModernHttpUpstream"]
@@ -63,10 +63,11 @@ class ModernHttpUpstream(HttpPeer):
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, listen: bool = True, backoff_initial: float = 0.5,
                  backoff_max: float = 30.0, fast: H1Pool | None = None, on_stray: StrayHandler | None = None,
+                 server_requests: ServerRequests = DEFAULT_SERVER_REQUESTS,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         super().__init__(name, url, headers, client, init_timeout=init_timeout, listen=listen, fast=fast,
                          max_message_bytes=max_message_bytes)
-        self._rpc = RpcSession(name, self._send, on_stray=on_stray)
+        self._rpc = RpcSession(name, self._send, on_stray=on_stray, server_requests=server_requests)
         self._rpc.accept_server_requests = False
         self._rpc.cancel_by_notice = False
         self._calls = ModernCalls(name)

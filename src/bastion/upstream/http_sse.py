@@ -33,7 +33,7 @@ from bastion.upstream.httpio import (
     same_origin,
     sse_events,
 )
-from bastion.upstream.session import Pending, RpcSession, StrayHandler
+from bastion.upstream.session import DEFAULT_SERVER_REQUESTS, Pending, RpcSession, ServerRequests, StrayHandler
 from bastion.upstream.supervisor import Backoff, StateListener, Supervisor
 
 __all__ = ["SseUpstream"]
@@ -45,7 +45,9 @@ log = structlog.get_logger("bastion.upstream")
 class SseUpstream:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], client: httpx.AsyncClient, *,
                  init_timeout: float = 30.0, backoff_initial: float = 0.5, backoff_max: float = 30.0,
-                 on_stray: StrayHandler | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 on_stray: StrayHandler | None = None,
+                 server_requests: ServerRequests = DEFAULT_SERVER_REQUESTS,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.name = name
         self._url = url
         self._client = client
@@ -57,7 +59,7 @@ class SseUpstream:
         self._endpoint: str | None = None
         self._stream: asyncio.Task[None] | None = None
         self._closed = False
-        self._rpc = RpcSession(name, self._post, on_stray=on_stray)
+        self._rpc = RpcSession(name, self._post, on_stray=on_stray, server_requests=server_requests)
         self._supervisor = Supervisor(name, self._connect, self._announce_reconnect,
                                       Backoff(backoff_initial, backoff_max))
 

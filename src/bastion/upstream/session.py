@@ -28,11 +28,13 @@ Routing of upstream-initiated messages:
   it to is answered with an empty list (bastion shares no client's roots outside that client's own call);
   ``ping`` is answered here.
 
-Server requests are bounded per connection: at most ``MAX_SERVING`` are served or relayed at once, each in a task
-of its own; one more (or one reusing the id of a request still served) is refused at once with a JSON-RPC error,
-written before the next message is read, so an upstream that sends requests faster than it takes their answers
-slows only its own reading. The warnings one message can cause (a refused or malformed request, an answer that
-could not be delivered) are rate-limited per connection (``noisy``): a hostile upstream cannot flood the log.
+Server requests are bounded per connection: at most ``ServerRequests.max_serving`` (the upstream's
+``max_server_requests``, default ``MAX_SERVING``) are served or relayed at once, each in a task of its own; one more
+(or one reusing the id of a request still served) is refused at once with a JSON-RPC error, written before the next
+message is read, so an upstream that sends requests faster than it takes their answers slows only its own
+reading. Every refusal is reported to ``ServerRequests.on_refused`` (the metric, with a reason from the closed set
+``REFUSAL_REASONS``). The warnings one message can cause (a refused or malformed request, an answer that could not
+be delivered) are rate-limited per connection (``noisy``): a hostile upstream cannot flood the log.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ from bastion.stopping import cancel_and_wait
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler
 from bastion.upstream.ids import RequestIds
 
-__all__ = ["CLEANUP_TIMEOUT", "MAX_SERVING", "NoisyLog", "Pending", "RpcSession", "Send", "StrayHandler", "Transmit"]
+__all__ = ["CLEANUP_TIMEOUT", "MAX_SERVING", "REFUSAL_REASONS", "NoisyLog", "Pending", "RefusalHandler", "RpcSession",
+           "Send", "ServerRequests", "StrayHandler", "Transmit"]
 
 log = structlog.get_logger("bastion.upstream")
 
@@ -89,6 +92,24 @@ _STRAY_LOG_EVERY = 1000
 # (upstream name, reason): one stray response was dropped. Reasons: unknown_id, late, duplicate, wrong_stream,
 # malformed_id.
 StrayHandler = Callable[[str, str], None]
+# (upstream name, reason): one request from the upstream was refused. Reasons: REFUSAL_REASONS.
+RefusalHandler = Callable[[str, str], None]
+# Why a server request is refused, a closed set whatever the upstream sends: over the connection's bound
+# (``too_many``), reusing the id of one still served (``duplicate_id``), from a 2026-07-28 server, which may send
+# none (``not_accepted``), outside any call that could relay it (``no_call``), or while several principals' calls
+# could own it (``ambiguous``).
+REFUSAL_REASONS = ("too_many", "duplicate_id", "not_accepted", "no_call", "ambiguous")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRequests:
+    """How one connection treats requests its upstream sends: how many it serves at once, who hears of refusals."""
+
+    max_serving: int = MAX_SERVING
+    on_refused: RefusalHandler | None = None
+
+
+DEFAULT_SERVER_REQUESTS = ServerRequests()
 
 
 @dataclass(slots=True, eq=False)
@@ -164,8 +185,11 @@ class NoisyLog:
 
 
 class RpcSession:
-    def __init__(self, name: str, send: Send, *, on_stray: StrayHandler | None = None) -> None:
+    def __init__(self, name: str, send: Send, *, on_stray: StrayHandler | None = None,
+                 server_requests: ServerRequests = DEFAULT_SERVER_REQUESTS) -> None:
         self.name = name
+        self._max_serving = server_requests.max_serving
+        self._on_refused: RefusalHandler = server_requests.on_refused or _no_stray
         self.on_notification: NotificationHandler = _ignore
         self.on_stray: StrayHandler = on_stray or _no_stray
         # Era-dependent, set by the transport once it knows the era: 2026-07-28 servers must not send requests
@@ -180,7 +204,7 @@ class RpcSession:
         # Recently finished ids, oldest first (a dict as an ordered set), to classify late answers.
         self._finished: dict[int, None] = {}
         self._stray_counts: dict[str, int] = {}
-        # Server requests being served, by their id: at most MAX_SERVING (``handle``).
+        # Server requests being served, by their id: at most ``_max_serving`` (``handle``).
         self._serving: dict[Any, asyncio.Task[None]] = {}
         self.noisy = NoisyLog()
         self._background: set[asyncio.Task[None]] = set()
@@ -342,13 +366,13 @@ class RpcSession:
                            kind="request id is not a string or integer")
                 return
             if rid in self._serving:
-                await self._refuse(rid, method, ProtocolError(
+                await self._refuse(rid, method, "duplicate_id", ProtocolError(
                     INVALID_REQUEST, "request id already in use by a request bastion is still serving"))
                 return
-            if len(self._serving) >= MAX_SERVING:
-                await self._refuse(rid, method, ProtocolError(
-                    RATE_LIMITED, f"too many requests in flight: bastion serves at most {MAX_SERVING} at once "
-                    "per connection"))
+            if len(self._serving) >= self._max_serving:
+                await self._refuse(rid, method, "too_many", ProtocolError(
+                    RATE_LIMITED, f"too many requests in flight: bastion serves at most {self._max_serving} at "
+                    "once per connection"))
                 return
             task = self.spawn(self._serve(rid, method, message.get("params"), related))
             self._serving[rid] = task
@@ -495,7 +519,7 @@ class RpcSession:
             if method == "ping":
                 response["result"] = {}
             elif not self.accept_server_requests:
-                self.noisy(log.warning, "upstream.server_request_refused", upstream=self.name, method=method[:100])
+                self._refused(method, "not_accepted")
                 raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
             elif target is None or target.on_message is None:
                 if method == ROOTS_LIST:
@@ -503,11 +527,11 @@ class RpcSession:
                     # tell whose call this is) no client's roots may be shared: the truthful answer is none.
                     response["result"] = {"roots": []}
                 elif target is None and len(self._candidates()) > 1:
-                    self.noisy(log.warning, "upstream.server_request_ambiguous", upstream=self.name,
-                               method=method[:100])
+                    self._refused(method, "ambiguous", event="upstream.server_request_ambiguous")
                     raise ProtocolError(INTERNAL_ERROR, f"{method} cannot be attributed to one of several requests "
                                         "in flight; bastion relays it only on a request's own stream")
                 else:
+                    self._refused(method, "no_call", level=log.info)
                     raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {method}")
             else:
                 result = await target.on_message(method, params if isinstance(params, dict) else {})
@@ -519,11 +543,22 @@ class RpcSession:
             response["error"] = {"code": INTERNAL_ERROR, "message": "Internal error"}
         await self._answer(response, method)
 
-    async def _refuse(self, rid: Any, method: str, error: ProtocolError) -> None:
+    async def _refuse(self, rid: Any, method: str, reason: str, error: ProtocolError) -> None:
         """Refuse one server request without serving it: answered here, in the reader's turn (see the module)."""
-        self.noisy(log.warning, "upstream.server_request_refused", upstream=self.name, method=method[:100],
-                   reason=error.message)
+        self._refused(method, reason, detail=error.message)
         await self._answer({"jsonrpc": "2.0", "id": rid, "error": error.to_error()}, method)
+
+    def _refused(self, method: str, reason: str, *, event: str = "upstream.server_request_refused",
+                 level: Callable[..., Any] = log.warning, detail: str | None = None) -> None:
+        """Count one refused server request (every one) and log it (rate-limited, ``noisy``)."""
+        try:
+            self._on_refused(self.name, reason)
+        except Exception:
+            log.exception("upstream.refusal_handler_failed", upstream=self.name)
+        fields: dict[str, Any] = {"upstream": self.name, "method": method[:100], "reason": reason}
+        if detail is not None:
+            fields["detail"] = detail
+        self.noisy(level, event, **fields)
 
     async def _answer(self, response: dict[str, Any], method: str) -> None:
         """Send the answer to a server request; bounded (``CLEANUP_TIMEOUT``), never raises."""

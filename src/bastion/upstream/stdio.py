@@ -41,7 +41,7 @@ from bastion.upstream.modern import (
     parse_discover_result,
 )
 from bastion.upstream.modern_client import Listener, ModernCalls, listen_request
-from bastion.upstream.session import Pending, RpcSession, StrayHandler
+from bastion.upstream.session import DEFAULT_SERVER_REQUESTS, Pending, RpcSession, ServerRequests, StrayHandler
 from bastion.upstream.stderr import DEFAULT_STDERR, StderrHook, StderrLimits, StderrLog, pump_stderr
 from bastion.upstream.supervisor import Backoff, StateListener, Supervisor
 
@@ -64,6 +64,7 @@ class StdioUpstream:
                  backoff_max: float = 30.0, shutdown_grace: float = 2.0,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, era: EraSetting = "auto",
                  probe_timeout: float = 10.0, on_stray: StrayHandler | None = None,
+                 server_requests: ServerRequests = DEFAULT_SERVER_REQUESTS,
                  stderr: StderrLimits = DEFAULT_STDERR, on_stderr: StderrHook | None = None) -> None:
         if not command:
             raise ValueError("command must not be empty")
@@ -76,7 +77,7 @@ class StdioUpstream:
         self._limit = max_message_bytes
         self._era = era
         self._probe_timeout = min(probe_timeout, init_timeout)
-        self._rpc = RpcSession(name, self._write, on_stray=on_stray)
+        self._rpc = RpcSession(name, self._write, on_stray=on_stray, server_requests=server_requests)
         self._calls: ModernCalls | None = None
         self._listener = Listener(name, self._open_listen, lambda: self._rpc.on_notification,
                                   Backoff(backoff_initial, backoff_max))
