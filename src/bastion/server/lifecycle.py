@@ -298,13 +298,16 @@ class SessionLifecycle:
         log.warning("session.revoked", session=session.id[:8], principal=verdict.principal.id,
                     detail=verdict.detail)
         try:
-            await self.gw.store.delete(session.id)
+            removed = await self.gw.store.delete(session.id)
         except HttpError:
-            # The store is unreachable: the session ends here now, and at its idle timeout everywhere; the
-            # credential is refused on every request anyway.
+            # The store is unreachable: the session ends here now, and at its idle timeout everywhere (with its
+            # record then); the credential is refused on every request anyway.
             log.warning("session.revoke_unshared", session=session.id[:8])
+            removed = False
         self.gw.live.end(session.id)
-        if self.on_session is not None:
+        # Only the replica that removed it records its end: one ended meanwhile (expired, deleted, evicted) has
+        # its record already.
+        if removed and self.on_session is not None:
             await self.on_session("session.end", session, verdict.principal, "revoked")
 
     async def _still_open(self, session: SessionData, principal: Principal) -> bool:
