@@ -297,6 +297,26 @@ async def test_stdio_takes_the_same_setting() -> None:
         await up.close()
 
 
+async def test_stdio_messages_far_larger_than_the_pipes_read_ahead_still_pass_whole() -> None:
+    """The stdout pipe is read a little at a time (``upstream.lines``), yet a message up to max_message_size
+    arrives whole, and one past it still fails."""
+    cfg = UpstreamConfig.from_mapping("basic", {"command": server_command(), "cwd": str(ROOT), "era": "legacy",
+                                                "max_message_size": "4MiB"})
+    async with httpx.AsyncClient() as http:
+        up = build_upstream(cfg, http)
+    inbox = Inbox()
+    await up.start(inbox)
+    try:
+        big = "x" * 3_000_000
+        assert await _echo(up, big) == big
+        with pytest.raises(UpstreamUnavailable):
+            await _echo(up, "x" * 5_000_000)
+        await inbox.wait_for("notifications/tools/list_changed")  # the child was restarted
+        assert await _echo(up, big) == big
+    finally:
+        await up.close()
+
+
 def test_the_setting_is_a_size_and_defaults_to_64_mib() -> None:
     from bastion.errors import ConfigError
 

@@ -10,6 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from bastion.errors import INVALID_REQUEST, RATE_LIMITED, UpstreamUnavailable
+from bastion.upstream.lines import PIPE_LIMIT
 from bastion.upstream.session import MAX_SERVING, REFUSAL_REASONS, RpcSession, ServerRequests
 from bastion.upstream.stdio import STDIN_HIGH_WATER, StdioUpstream
 from tests.upstream.helpers import ROOT, Inbox, server_command
@@ -147,3 +148,24 @@ async def test_every_refusal_is_reported_with_its_reason_and_the_bound_is_the_co
     assert counts == {"too_many": 497, "duplicate_id": 1, "no_call": 1, "not_accepted": 1}
     assert len([m for m in sent if "error" in m]) == 500
     await rpc.aclose()
+
+
+async def test_a_flood_on_a_childs_stdout_waits_in_the_pipe_not_in_bastion() -> None:
+    """200000 pings (about 10 MB) from a child that stops reading: bastion reads ahead at most about twice the
+    pipe reader's small limit, not the whole flood (up to twice max_message_size, 128 MiB, it used to)."""
+    up = StdioUpstream("flood", flood("--pingflood", "200000"), cwd=str(ROOT), era="legacy")
+    await up.start(Inbox())
+    try:
+        with capture_logs():
+            await up.request("tools/list", None, timeout=10)
+            most = 0
+            for _ in range(300):
+                await asyncio.sleep(0.01)
+                child = up._proc
+                stdout = child.process.stdout if child is not None else None
+                if stdout is not None:
+                    most = max(most, len(stdout._buffer))  # type: ignore[attr-defined]
+        # Paused past 2 * PIPE_LIMIT; one read of the pipe (at most 256 KiB) may land before the pause.
+        assert 0 < most <= 2 * PIPE_LIMIT + 256 * 1024, most
+    finally:
+        await up.close()

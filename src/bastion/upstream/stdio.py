@@ -4,7 +4,9 @@ The child runs in a process group of its own (``bastion.upstream.child``). It is
 connection is lost even if a helper it started still holds its stdout, and what it left in its group is killed.
 The child gets a minimal environment (``INHERITED_ENV`` plus its configured ``env``), so bastion's own secrets
 never leak into servers that do not need them. Its stderr is the server's log and goes into ours, bounded
-(``bastion.upstream.stderr``: lines cut at 4 KiB, rate-limited, escaped). When the
+(``bastion.upstream.stderr``: lines cut at 4 KiB, rate-limited, escaped). Its stdout is framed by
+``bastion.upstream.lines``: a message may be ``max_message_bytes`` long, yet a flood of small ones waits in the
+pipe, not in bastion (at most about 128 KiB of it is read ahead). When the
 child dies, requests in flight fail with ``UpstreamUnavailable`` and the supervisor restarts it; a restarted
 server may have a different tool list, so the restart is announced as ``notifications/tools/list_changed``.
 
@@ -33,6 +35,7 @@ from bastion.upstream.base import EraSetting, NotificationHandler, RelatedMessag
 from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.child import Child, spawn
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
+from bastion.upstream.lines import PIPE_LIMIT, read_lines
 from bastion.upstream.modern import (
     discover_verdict,
     envelope,
@@ -144,7 +147,9 @@ class StdioUpstream:
 
     async def _connect(self) -> UpstreamInfo:
         try:
-            proc = await spawn(self._command, env=self._child_env(), cwd=self._cwd, limit=self._limit)
+            # A small limit: the pipes are paused past twice it unread (upstream.lines); a message up to
+            # max_message_bytes is assembled by read_lines, not by the StreamReader.
+            proc = await spawn(self._command, env=self._child_env(), cwd=self._cwd, limit=PIPE_LIMIT)
         except OSError as exc:
             raise UpstreamUnavailable(self.name, log_detail=f"cannot start {self._command[0]!r}: {exc}") from None
         log.info("upstream.spawned", upstream=self.name, pid=proc.pid, command=self._command[0])
@@ -267,7 +272,7 @@ class StdioUpstream:
         assert stdout is not None
         detail = "stdout closed"
         try:
-            while line := await stdout.readline():
+            async for line in read_lines(stdout, self._limit):
                 if line.isspace():
                     continue
                 try:
@@ -277,7 +282,7 @@ class StdioUpstream:
                     continue
                 await self._rpc.handle(message)
         except (ValueError, OSError) as exc:
-            # ValueError: a line beyond max_message_bytes; the stream cannot be resynchronised safely.
+            # LineTooLong (a ValueError): a line beyond max_message_bytes; the stream cannot be resynchronised.
             detail = f"stdout unreadable: {exc!r}"
         except Exception as exc:
             # A defect, not the child's doing; the child is restarted rather than left unread (and so unanswered).
