@@ -267,3 +267,22 @@ async def test_authenticator_end_to_end(jwks_server: JwksServer, http: httpx.Asy
 
     with pytest.raises(AuthenticationError, match="Invalid credentials"):
         await auth.authenticate({"X-API-Key": sign(rsa_key)})  # X-API-Key carries keys only, never JWTs
+
+
+async def test_a_token_whose_subject_is_an_api_keys_id_is_refused(jwks_server: JwksServer, http: httpx.AsyncClient,
+                                                                 rsa_key: KeyPair) -> None:
+    """A principal is known by its id alone (policy ``ids:``, a session bound to its principal, rate-limit
+    buckets): a valid token whose subject is ``ci-bot`` would have been the API key ``ci-bot`` in all of them."""
+    from bastion.auth import generate_key
+
+    key, entry = generate_key("ci-bot", ["ci"])
+    cfg = AuthConfig.from_mapping({"api_keys": [entry.to_mapping()],
+                                   "jwt": {"issuer": ISSUER, "jwks_url": jwks_server.url},
+                                   "resource": RESOURCE}, listen_host="0.0.0.0")
+    auth = build_authenticator(cfg, http)
+    with capture_logs(), pytest.raises(AuthenticationError) as refused:
+        await auth.authenticate({"Authorization": f"Bearer {sign(rsa_key, sub='ci-bot')}"})
+    assert refused.value.log_detail is not None and "API key's id" in refused.value.log_detail
+    # The key itself, and a token of another subject, are unaffected.
+    assert (await auth.authenticate({"Authorization": f"Bearer {key}"})).auth_method == "api_key"
+    assert (await auth.authenticate({"Authorization": f"Bearer {sign(rsa_key, sub='alice')}"})).id == "alice"

@@ -74,6 +74,10 @@ class CredentialAuthenticator:
         self._keys = keys
         self._jwt = jwt
         self._challenge = challenge
+        # A principal is known by its id alone (policy ``ids:``, sessions bound to their principal, rate-limit
+        # buckets, flow contexts, approvals), so one id must stand for one caller. A token whose subject is an API
+        # key's id would be that key's principal: refused, whoever signed it.
+        self._key_ids = keys.ids if keys is not None else frozenset()
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         credential = extract_credential(headers, self._challenge)
@@ -90,7 +94,11 @@ class CredentialAuthenticator:
             if principal is not None:
                 return principal
         if self._jwt is not None and credential.source == "bearer" and credential.looks_like_jwt():
-            return await self._jwt.verify(credential.value)
+            principal = await self._jwt.verify(credential.value)
+            if principal.id in self._key_ids:
+                raise CredentialRejected(f"JWT principal {principal.id[:64]!r} is an API key's id: one id, one "
+                                         "caller")
+            return principal
         if self._keys is None:
             raise CredentialRejected("API keys are not enabled and the credential is not a bearer JWT")
         raise CredentialRejected("unknown API key")

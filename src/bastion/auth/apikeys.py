@@ -57,6 +57,11 @@ class ApiKeyTable:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def ids(self) -> frozenset[str]:
+        """The principal ids the keys stand for (a key's ``id``)."""
+        return frozenset(entry.id for _, entry in self._entries)
+
     def principal(self, presented: str) -> Principal | None:
         """The caller a presented key stands for, or None (``lookup``, with the same constant-time comparison)."""
         entry = self.lookup(presented)
