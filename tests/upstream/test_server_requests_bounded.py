@@ -74,7 +74,7 @@ async def test_writes_to_a_child_that_stopped_reading_stop_at_the_high_water_mar
             except UpstreamUnavailable as exc:
                 refused.append(exc.log_detail or "")
         assert up._proc is not None
-        proc = up._proc.process
+        proc = up._proc
         assert proc.stdin is not None
         assert proc.stdin.transport.get_write_buffer_size() <= STDIN_HIGH_WATER + (1 << 20) + 100
         assert refused and all("stdin not being read" in detail for detail in refused)
@@ -93,7 +93,7 @@ async def test_a_ping_flood_from_a_child_that_does_not_read_stays_bounded() -> N
             for _ in range(300):
                 await asyncio.sleep(0.01)
                 most_served = max(most_served, len(rpc._serving))
-                proc = up._proc.process if up._proc is not None else None
+                proc = up._proc if up._proc is not None else None
                 if proc is not None and proc.stdin is not None:
                     most_buffered = max(most_buffered, proc.stdin.transport.get_write_buffer_size())
         assert most_served <= MAX_SERVING

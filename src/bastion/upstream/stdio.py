@@ -228,7 +228,7 @@ class StdioUpstream:
     async def _stop(self, proc: Child) -> None:
         # The spec's order: EOF on stdin lets a well-behaved server finish; signals are for the others, and go to
         # its whole process group (what it left behind when it exits is killed then, see ``child``).
-        stdin = proc.process.stdin
+        stdin = proc.stdin
         if stdin is not None and not stdin.is_closing():
             stdin.close()
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
@@ -236,9 +236,9 @@ class StdioUpstream:
                 proc.signal(sig)
             if await proc.wait_exited(self._grace):
                 break
-        # ``Process.wait`` also waits for the pipes, which a process that left the group may hold for ever.
+        # Bastion's ends of the pipes are closed whoever else holds them (a helper that left the group).
         proc.release()
-        await proc.process.wait()
+        await proc.wait()
 
     async def _watch_exit(self, proc: Child, reader: asyncio.Task[None]) -> None:
         """End the connection when the child exits, even if its stdout never reaches EOF: what it wrote before
@@ -255,7 +255,7 @@ class StdioUpstream:
 
     async def _write(self, message: dict[str, Any]) -> None:
         proc = self._proc
-        stdin = proc.process.stdin if proc is not None else None
+        stdin = proc.stdin if proc is not None else None
         if stdin is None or stdin.is_closing():
             raise UpstreamUnavailable(self.name, log_detail="process not running")
         waiting = stdin.transport.get_write_buffer_size()
@@ -268,7 +268,7 @@ class StdioUpstream:
             raise UpstreamUnavailable(self.name, log_detail=f"write to stdin failed: {exc!r}") from None
 
     async def _read_stdout(self, proc: Child) -> None:
-        stdout = proc.process.stdout
+        stdout = proc.stdout
         assert stdout is not None
         detail = "stdout closed"
         try:
@@ -294,12 +294,12 @@ class StdioUpstream:
         proc.signal(signal.SIGKILL)  # stdout closed (or unreadable) while it runs: it cannot be talked to
         await proc.wait_exited(None)
         proc.release()
-        code = await proc.process.wait()
+        code = await proc.wait()
         self._rpc.fail_all(f"{detail}; exit code {code}")
         self._supervisor.lost(f"{detail}; exit code {code}")
 
     async def _read_stderr(self, proc: Child) -> None:
-        stderr = proc.process.stderr
+        stderr = proc.stderr
         assert stderr is not None
         # Bounded: lines cut, rate-limited per upstream, escaped, read in chunks that yield (bastion.upstream.stderr).
         await pump_stderr(stderr, self._stderr_log)
