@@ -140,6 +140,21 @@ class UpstreamPool:
                 self._requests.mark_dirty(name, gate=False)
         if self._on_health is not None:
             self._on_health(name, old, new)
+        # Last: the restart reports ``restarting`` at once, a transition of its own that must come after this one
+        # in the metrics and the gate, or they would end on ``down``.
+        if new.state == "down" and old.state != "down" and self._up.get(name):
+            self._restart_unresponsive(name, new.reason)
+
+    def _restart_unresponsive(self, name: str, reason: str) -> None:
+        """A connected upstream is ``down``: its calls and probes fail although its transport holds it connected.
+        A transport that owns its server (stdio: the child process) restarts it, since nothing else would: the
+        transport hears only of a connection that ends, and a hung or deaf child keeps its pipes open. Its health
+        then goes ``restarting``, and back ``up`` once the new server answered; the supervisor's backoff paces a
+        server that hangs again each time. HTTP transports have no ``restart``: every request is a new exchange,
+        and a lost session is re-initialised on the next one."""
+        restart = getattr(self._members[name].upstream, "restart", None)
+        if callable(restart):
+            restart(f"health down: {reason}")
 
     def _watch_transport(self, name: str) -> None:
         watch = getattr(self._members[name].upstream, "watch", None)

@@ -16,7 +16,7 @@ def _parent(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -35,7 +35,7 @@ def descendants(pid: int) -> list[int]:
             if parent == here and child not in found:
                 found.append(child)
                 frontier.append(child)
-    return [p for p in found if _alive(p)]
+    return [p for p in found if alive(p)]
 
 
 def cmdline(pid: int) -> str:
@@ -49,8 +49,8 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
     """The pids still alive after ``timeout`` seconds (empty when all are gone)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = [p for p in pids if _alive(p)]
+        left = [p for p in pids if alive(p)]
         if not left:
             return []
         time.sleep(0.05)
-    return [p for p in pids if _alive(p)]
+    return [p for p in pids if alive(p)]

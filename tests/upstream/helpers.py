@@ -5,14 +5,25 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import uvloop
+
 from tests.support.net import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
+# The event loops bastion runs on: asyncio's own (tests, embedding) and uvloop (``bastion serve``).
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop,
+                                                             "uvloop": uvloop.new_event_loop}
+
+
+def run_on(loop: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``main`` on a new event loop of the kind named (a sync test parametrized over ``LOOPS``)."""
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        runner.run(main())
 
 
 def server_command(*args: str, module: str = "tests.fixtures.basic_server") -> list[str]:

@@ -7,30 +7,19 @@ start a real server that lists ``/proc/self/fd`` and run it on the default loop 
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import uvloop
 
 from bastion.errors import UpstreamTimeout, UpstreamUnavailable
 from bastion.upstream.stdio import StdioUpstream
-from tests.upstream.helpers import ROOT, Inbox, server_command
+from tests.upstream.helpers import LOOPS, ROOT, Inbox, run_on, server_command
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists descriptors through /proc")
 
 STUCK = "tests.fixtures.stuck_server"
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop,
-                                                             "uvloop": uvloop.new_event_loop}
-
-
-def run_on(loop: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-        runner.run(main())
-
 
 @pytest.fixture
 def inheritable_fd(tmp_path: Path) -> Iterator[int]:

@@ -69,6 +69,9 @@ class Upstream(Protocol):
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None: ...
 
+    # A transport that runs its server (stdio) also has ``restart(reason) -> bool``: replace a server that runs
+    # but does not answer. The pool calls it when the upstream's health becomes ``down`` while it is connected.
+
     async def close(self) -> None:
         """Shut down cleanly (stdio: close stdin, then SIGTERM, then SIGKILL; HTTP: DELETE the session). Not final:
         a later ``start`` connects again."""

@@ -75,6 +75,13 @@ class Child:
     def exited(self) -> bool:
         return self._exited.is_set()
 
+    def has_exited(self) -> bool:
+        """Whether the child has exited, asking the system now (it may have exited before the loop told us): a
+        child that is gone is ended by its exit, with its exit code, not replaced as one that stopped listening."""
+        if not self.exited and self._popen.poll() is not None:
+            self._reaped()
+        return self.exited
+
     @property
     def returncode(self) -> int | None:
         return self._popen.returncode

@@ -9,6 +9,8 @@ never leak into servers that do not need them. Its stderr is the server's log an
 pipe, not in bastion (at most about 128 KiB of it is read ahead). When the
 child dies, requests in flight fail with ``UpstreamUnavailable`` and the supervisor restarts it; a restarted
 server may have a different tool list, so the restart is announced as ``notifications/tools/list_changed``.
+A child that runs but cannot be talked to is replaced the same way: one that closed its stdin once the shutdown
+grace period has passed (``_watch_stdin``), one that stopped answering when the pool finds it ``down`` (``restart``).
 
 Era (``era="auto"``): each new process is probed with ``server/discover``. A ``DiscoverResult`` makes it a
 2026-07-28 server (per-request ``_meta``, no handshake, changes via ``subscriptions/listen``); any other error,
@@ -129,6 +131,17 @@ class StdioUpstream:
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         await self._rpc.notify(method, params)
 
+    def restart(self, reason: str) -> bool:
+        """Replace the child, which runs but does not answer (its health reached ``down``): it is stopped as at
+        shutdown (end of input, SIGTERM, SIGKILL, to its process group), then started again with the supervisor's
+        backoff. False when there is no live connection to replace (not started, or already restarting)."""
+        proc = self._proc
+        if proc is None or self._closing or not self._supervisor.connected or proc.has_exited():
+            return False
+        log.warning("upstream.restart", upstream=self.name, pid=proc.pid, reason=reason)
+        self._replace(proc, f"unresponsive, restarted: {reason}")
+        return True
+
     async def close(self) -> None:
         self._closing = True
         self._stop_listening()
@@ -157,6 +170,7 @@ class StdioUpstream:
         reader = self._rpc.spawn(self._read_stdout(proc))
         self._rpc.spawn(self._read_stderr(proc))
         self._rpc.spawn(self._watch_exit(proc, reader))
+        self._rpc.spawn(self._watch_stdin(proc))
         self._stop_listening()
         try:
             info = await self._handshake()
@@ -240,6 +254,25 @@ class StdioUpstream:
         proc.release()
         await proc.wait()
 
+    def _replace(self, proc: Child, detail: str) -> None:
+        """End the connection to ``proc``, a child that runs but can no longer be talked to: requests in flight fail
+        now, and the supervisor stops it (``_stop``) before it starts the next one. A child that exited is left to
+        ``_read_stdout``, which reports its exit code."""
+        if self._closing or proc is not self._proc or proc.has_exited():
+            return
+        self._proc = None
+        self._rpc.fail_all(detail)
+        self._supervisor.lost(detail, cleanup=lambda: self._stop(proc))
+
+    async def _watch_stdin(self, proc: Child) -> None:
+        """A child that closed its stdin (a write to it then fails, and the pipe transport closes) can never be
+        sent anything again. A server closing its stdin is usually on its way out: it gets the shutdown grace
+        period to exit, which ends the connection with its exit code; one that still runs after it is replaced
+        rather than left for its health to fail."""
+        await proc.stdin_lost()
+        if not await proc.wait_exited(self._grace):
+            self._replace(proc, "stdin closed while the server runs")
+
     async def _watch_exit(self, proc: Child, reader: asyncio.Task[None]) -> None:
         """End the connection when the child exits, even if its stdout never reaches EOF: what it wrote before
         exiting is read first (``reader`` ends at EOF), within the shutdown grace period; then bastion's ends of
@@ -256,10 +289,14 @@ class StdioUpstream:
     async def _write(self, message: dict[str, Any]) -> None:
         proc = self._proc
         stdin = proc.stdin if proc is not None else None
-        if stdin is None or stdin.is_closing():
+        if stdin is None:
             raise UpstreamUnavailable(self.name, log_detail="process not running")
+        if stdin.is_closing():
+            # The child closed it, or a write failed; ``_watch_stdin`` replaces a child that still runs.
+            raise UpstreamUnavailable(self.name, log_detail="stdin closed")
         waiting = stdin.transport.get_write_buffer_size()
         if waiting >= STDIN_HIGH_WATER:
+            # Perhaps a slow reader rather than a lost one: health decides (failed calls and probes, then restart).
             raise UpstreamUnavailable(self.name, log_detail=f"stdin not being read ({waiting} bytes waiting)")
         try:
             stdin.write(orjson.dumps(message) + b"\n")

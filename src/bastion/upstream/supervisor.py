@@ -20,7 +20,7 @@ from typing import Literal
 import structlog
 
 from bastion.errors import RequestError, UpstreamUnavailable
-from bastion.stopping import cancel_and_wait
+from bastion.stopping import cancel_and_wait, finish
 from bastion.upstream.base import UpstreamInfo
 
 __all__ = ["Backoff", "StateListener", "Supervisor"]
@@ -103,15 +103,16 @@ class Supervisor:
         self._since = time.monotonic()
         self._connected.set()
 
-    def lost(self, detail: str) -> None:
-        """The transport saw its connection end. Starts reconnecting in the background."""
+    def lost(self, detail: str, cleanup: Callable[[], Awaitable[None]] | None = None) -> None:
+        """The transport saw its connection end. Starts reconnecting in the background, after ``cleanup`` (ending
+        what is left of the old connection, such as a child that runs but cannot be talked to) has finished."""
         if self._state != "connected":
             return
         log.warning("upstream.connection_lost", upstream=self.name, detail=detail)
         self._connected.clear()
         self._backoff.connection_ended(time.monotonic() - self._since)
         self._state = "waiting"
-        self._task = asyncio.get_running_loop().create_task(self._reconnect())
+        self._task = asyncio.get_running_loop().create_task(self._reconnect(cleanup))
         self._tell("restarting", detail)
 
     async def ready(self, timeout: float) -> None:
@@ -127,7 +128,13 @@ class Supervisor:
         if not self.connected:
             raise UpstreamUnavailable(self.name, log_detail="reconnect failed")
 
-    async def _reconnect(self) -> None:
+    async def _reconnect(self, cleanup: Callable[[], Awaitable[None]] | None) -> None:
+        if cleanup is not None:
+            try:
+                # To its end even through shutdown's cancellations: cut short, it would leave the old child running.
+                await finish(cleanup())
+            except Exception:
+                log.exception("upstream.cleanup_failed", upstream=self.name)
         while self._state != "closed":
             delay = self._backoff.next_delay()
             self._state = "waiting"
