@@ -112,3 +112,22 @@ async def test_restart_does_nothing_without_a_live_connection(tmp_path: Path) ->
     await up.close()
     assert up.restart("closed") is False
     assert not (tmp_path / "runs").read_text().split()[1:]  # started once, never again
+
+
+async def test_exits_are_heard_without_pidfds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where pidfds do not exist (not Linux, kernels before 5.3), a thread waits for the child instead."""
+    def no_pidfd(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr("os.pidfd_open", no_pidfd)
+    up = stuck(tmp_path)
+    await up.start(Inbox())
+    try:
+        first = up.pid
+        assert first is not None
+        with pytest.raises(UpstreamUnavailable):
+            await up.request("tools/call", {"name": "deaf", "arguments": {}}, timeout=PATIENCE_S)
+        await answered_by(up, "run 2")  # the stop waited for the exit, which only the thread could report
+        assert await wait_gone(first)
+    finally:
+        await up.close()
