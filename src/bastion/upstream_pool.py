@@ -150,8 +150,9 @@ class UpstreamPool:
         A transport that owns its server (stdio: the child process) restarts it, since nothing else would: the
         transport hears only of a connection that ends, and a hung or deaf child keeps its pipes open. Its health
         then goes ``restarting``, and back ``up`` once the new server answered; the supervisor's backoff paces a
-        server that hangs again each time. HTTP transports have no ``restart``: every request is a new exchange,
-        and a lost session is re-initialised on the next one."""
+        server that hangs again each time. Streamable HTTP has no ``restart``: every request is a new exchange,
+        and a lost session is re-initialised on the next one. (HTTP+SSE has none yet either: a GET stream that
+        stays open but stops delivering leaves it ``down`` until the connection ends.)"""
         restart = getattr(self._members[name].upstream, "restart", None)
         if callable(restart):
             restart(f"health down: {reason}")
