@@ -137,7 +137,7 @@ class StdioUpstream:
         backoff. False when there is no live connection to replace (not started, or already restarting)."""
         proc = self._proc
         if proc is None or self._closing or not self._supervisor.connected or proc.has_exited():
-            return False
+            return False  # (``_replace`` checks the same; checked here so that no restart is logged for nothing)
         log.warning("upstream.restart", upstream=self.name, pid=proc.pid, reason=reason)
         self._replace(proc, f"unresponsive, restarted: {reason}")
         return True
@@ -257,8 +257,9 @@ class StdioUpstream:
     def _replace(self, proc: Child, detail: str) -> None:
         """End the connection to ``proc``, a child that runs but can no longer be talked to: requests in flight fail
         now, and the supervisor stops it (``_stop``) before it starts the next one. A child that exited is left to
-        ``_read_stdout``, which reports its exit code."""
-        if self._closing or proc is not self._proc or proc.has_exited():
+        ``_read_stdout``, which reports its exit code. While the supervisor is still connecting, the attempt's own
+        failure stops the child; should its handshake have succeeded, its health will fail and ``restart`` it."""
+        if self._closing or proc is not self._proc or not self._supervisor.connected or proc.has_exited():
             return
         self._proc = None
         self._rpc.fail_all(detail)
