@@ -162,7 +162,7 @@ async def test_a_flood_on_a_childs_stdout_waits_in_the_pipe_not_in_bastion() -> 
             for _ in range(300):
                 await asyncio.sleep(0.01)
                 child = up._proc
-                stdout = child.process.stdout if child is not None else None
+                stdout = child.stdout if child is not None else None
                 if stdout is not None:
                     most = max(most, len(stdout._buffer))  # type: ignore[attr-defined]
         # Paused past 2 * PIPE_LIMIT; one read of the pipe (at most 256 KiB) may land before the pause.
