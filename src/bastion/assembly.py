@@ -243,10 +243,15 @@ def build(settings: Settings) -> Components:
 
     async def on_session(event: str, data: SessionData, principal: Principal, reason: str | None) -> None:
         if event == "session.start":
+            # Counted from the moment the store holds it: the sweeper sets the gauge from the store's own count,
+            # and an increment made after the record's write (an await) added a session the sweeper had already
+            # counted, one too many until the next sweep.
+            metrics.session_opened()
             try:
                 await events.session_started(data.id, era="legacy", principal=principal,
                                              client_info=data.client_info, protocol_version=data.protocol_version)
             except AuditUnavailable:
+                metrics.session_closed()  # refused: its session is removed (server/lifecycle.py)
                 # The initialize is refused and its session removed (server/lifecycle.py): the sinks that did
                 # take the start record get its end, so no reader of the trail counts it as open.
                 with contextlib.suppress(AuditUnavailable):  # the sink that failed fails again
@@ -254,7 +259,6 @@ def build(settings: Settings) -> Components:
                                                client_info=data.client_info, protocol_version=data.protocol_version,
                                                reason="refused", created_at=data.created_at)
                 raise
-            metrics.session_opened()
         else:
             metrics.session_closed()
             await events.session_ended(data.id, era="legacy", principal=principal, client_info=data.client_info,
