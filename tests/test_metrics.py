@@ -48,7 +48,9 @@ def _exercise(m: Metrics) -> None:
     m.set_upstream_up("files", True)
     m.set_catalogue_tools(42)
     m.session_opened()
+    m.session_started()
     m.session_opened()
+    m.session_started()
     m.session_closed()
     m.policy_reloaded("applied")
     m.policy_reloaded("rejected")
@@ -187,6 +189,7 @@ def test_catalogue_refresh_outcomes_and_sessions_started() -> None:
     m.catalogue_refreshed("files", "ok")
     m.catalogue_refreshed("files", "error")
     m.session_opened()
+    m.session_started()
     m.session_closed()
     s = _scrape(m)
     assert s[("bastion_catalogue_refreshes_total", frozenset({("upstream", "files"), ("outcome", "ok")}))] == 2

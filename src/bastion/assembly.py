@@ -259,6 +259,7 @@ def build(settings: Settings) -> Components:
                                                client_info=data.client_info, protocol_version=data.protocol_version,
                                                reason="refused", created_at=data.created_at)
                 raise
+            metrics.session_started()
         else:
             metrics.session_closed()
             await events.session_ended(data.id, era="legacy", principal=principal, client_info=data.client_info,

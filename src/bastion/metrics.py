@@ -219,7 +219,11 @@ class Metrics:
         self.catalogue_tools.set(count)
 
     def session_opened(self) -> None:
+        """A session the store holds: in the gauge at once (the sweeper sets it from the store's own count)."""
         self.active_sessions.inc()
+
+    def session_started(self) -> None:
+        """A session whose start was recorded: the client learnt its id."""
         self.sessions_started.inc()
 
     def catalogue_refreshed(self, upstream: str, outcome: Literal["ok", "error", "failed"]) -> None:

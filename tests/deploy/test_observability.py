@@ -51,6 +51,7 @@ def exported_series() -> set[str]:
     metrics.catalogue_refreshed("u", "ok")
     metrics.upstream_health("u", "restarting", previous="up")
     metrics.session_opened()
+    metrics.session_started()
     body, _ = metrics.render()
     return {s.name for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
 
