@@ -147,15 +147,11 @@ class UpstreamPool:
 
     def _restart_unresponsive(self, name: str, reason: str) -> None:
         """A connected upstream is ``down``: its calls and probes fail although its transport holds it connected.
-        A transport that owns its server (stdio: the child process) restarts it, since nothing else would: the
-        transport hears only of a connection that ends, and a hung or deaf child keeps its pipes open. Its health
-        then goes ``restarting``, and back ``up`` once the new server answered; the supervisor's backoff paces a
-        server that hangs again each time. Streamable HTTP has no ``restart``: every request is a new exchange,
-        and a lost session is re-initialised on the next one. (HTTP+SSE has none yet either: a GET stream that
-        stays open but stops delivering leaves it ``down`` until the connection ends.)"""
-        restart = getattr(self._members[name].upstream, "restart", None)
-        if callable(restart):
-            restart(f"health down: {reason}")
+        The transport replaces what it holds (``Upstream.restart``: a stdio child, an HTTP+SSE stream, a Streamable
+        HTTP session), since nothing else would: it hears only of a connection that ends, and a hung child keeps
+        its pipes open as a frozen server keeps its TCP connections. Its health then goes ``restarting``, and back
+        ``up`` once the new connection answered; the backoff paces a server that hangs again each time."""
+        self._members[name].upstream.restart(f"health down: {reason}")
 
     def _watch_transport(self, name: str) -> None:
         watch = getattr(self._members[name].upstream, "watch", None)

@@ -160,6 +160,9 @@ class MemoryUpstream:
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         self.notified.append((method, dict(params or {})))
 
+    def restart(self, reason: str) -> bool:
+        return False
+
     async def close(self) -> None:
         self.closed = True
         self._info = None

@@ -69,8 +69,15 @@ class Upstream(Protocol):
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None: ...
 
-    # A transport that runs its server (stdio) also has ``restart(reason) -> bool``: replace a server that runs
-    # but does not answer. The pool calls it when the upstream's health becomes ``down`` while it is connected.
+    def restart(self, reason: str) -> bool:
+        """Replace a connection that is held open but no longer answers: the pool calls it when the upstream's
+        health becomes ``down`` while the transport holds it connected, since nothing else would end such a
+        connection (a hung stdio child keeps its pipes, a frozen HTTP+SSE stream or Streamable HTTP session keeps
+        its TCP connection). The transport drops what it holds (child, stream, session), fails the requests in
+        flight, reports ``restarting`` to its ``watch`` listener and ``connected`` once a new connection answered
+        its handshake, with the supervisor's backoff between attempts. True when a restart began; False when
+        there is nothing to replace (not connected, already restarting, or nothing per-connection to drop, as in
+        the stateless 2026-07-28 revision, where every request is a new exchange)."""
 
     async def close(self) -> None:
         """Shut down cleanly (stdio: close stdin, then SIGTERM, then SIGKILL; HTTP: DELETE the session). Not final:

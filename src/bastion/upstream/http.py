@@ -113,6 +113,9 @@ class HttpUpstream(HttpPeer):
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         await self._rpc.notify(method, params)
 
+    def restart(self, reason: str) -> bool:
+        return False
+
     async def close(self) -> None:
         self._closed = True
         self._info = None

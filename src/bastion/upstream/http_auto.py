@@ -84,6 +84,9 @@ class AutoHttpUpstream:
         if self._active is not None:
             await self._active.notify(method, params)
 
+    def restart(self, reason: str) -> bool:
+        return self._active.restart(reason) if self._active is not None else False
+
     async def close(self) -> None:
         self._active = None
         self._era = self._pinned

@@ -130,6 +130,11 @@ class ModernHttpUpstream(HttpPeer):
         # The core revision defines no client-to-server notifications over HTTP (cancelling is closing a stream).
         log.debug("upstream.notification_dropped", upstream=self.name, method=method)
 
+    def restart(self, reason: str) -> bool:
+        """Nothing to replace: no session, no stream of its own but ``subscriptions/listen`` (which ``Listener``
+        re-opens when it ends), and every request is a new exchange that reaches a server once it answers."""
+        return False
+
     async def close(self) -> None:
         self._closed = True
         # Discovered again at the next start: the server that answers then may have changed.

@@ -3,7 +3,9 @@
 One long GET stream carries everything the server sends; its first event, ``endpoint``, names the URL to POST
 our messages to. That URL comes from the server, so it must be same-origin with the configured one: otherwise a
 compromised or confused server could point bastion, with its configured credentials, at any host (SSRF).
-When the stream ends, requests in flight fail and the supervisor reconnects (a new server-side session).
+When the stream ends, requests in flight fail and the supervisor reconnects (a new server-side session). A stream
+that stays open but no longer delivers (the server froze our session yet keeps the connection) never ends by itself:
+``restart`` drops it when the upstream's health finds it ``down``, and the supervisor opens a new one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from bastion import __version__
 from bastion.errors import UpstreamUnavailable
 from bastion.protocol.methods import INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.sse import SseDecoder
+from bastion.stopping import cancel_and_wait
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.handshake import initialize_params, parse_initialize_result
@@ -88,6 +91,16 @@ class SseUpstream:
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         await self._rpc.notify(method, params)
 
+    def restart(self, reason: str) -> bool:
+        """Drop a stream that is open but no longer delivers answers (health ``down``) and open a new one, with a
+        new handshake, as when a stream ends. False when there is no live stream to replace."""
+        stream = self._stream
+        if stream is None or self._closed or not self._supervisor.connected:
+            return False
+        log.warning("upstream.restart", upstream=self.name, reason=reason)
+        self._lose(f"unresponsive, restarted: {reason}", stream)
+        return True
+
     async def close(self) -> None:
         self._closed = True
         await self._supervisor.aclose()
@@ -150,10 +163,15 @@ class SseUpstream:
             endpoint.set_exception(UpstreamUnavailable(self.name, log_detail=detail))
         if self._closed or self._stream is not asyncio.current_task():
             return
+        self._lose(detail)
+
+    def _lose(self, detail: str, stream: asyncio.Task[None] | None = None) -> None:
+        """End the connection: requests in flight fail now, and the supervisor reconnects once ``stream`` (an open
+        stream being dropped) is gone, so that the new server-side session never overlaps the old one."""
         self._stream = None
         self._endpoint = None
         self._rpc.fail_all(detail)
-        self._supervisor.lost(detail)
+        self._supervisor.lost(detail, cleanup=None if stream is None else lambda: cancel_and_wait([stream]))
 
     async def _dispatch(self, data: str) -> None:
         try:

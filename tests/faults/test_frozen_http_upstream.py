@@ -1,0 +1,66 @@
+"""An HTTP upstream whose session froze while its connections stay open is restarted, through a real gateway.
+
+The server (``tests.fixtures.frozen_server``) stops answering one session and keeps its TCP connections: the legacy
+SSE stream stays open and silent, a Streamable HTTP session's POSTs hang. Health found it ``down`` and nothing ever
+left that session: the SSE stream never ended, so the supervisor never reconnected, and every probe of the
+Streamable HTTP upstream went to the frozen session again. Now the transport drops the session and opens a new one:
+frozen → ``down`` → ``restarting`` → ``up``, and calls work again, answered by the new session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.faults.test_stuck_upstream import call, logged, restarts, text
+from tests.faults.test_upstream_health import HEALTH, state, wait_until
+from tests.support.fixture_server import FixtureServer
+from tests.support.gateway import GatewayProcess
+from tests.support.rpc import RpcClient
+
+PATIENCE_S = 60.0  # a bound on waiting for what must happen, never a measurement
+
+
+@pytest.fixture
+def server() -> Iterator[FixtureServer]:
+    fixture = FixtureServer("tests.fixtures.frozen_server")
+    yield fixture
+    fixture.stop()
+
+
+def gateway(tmp_path: Path, server: FixtureServer, transport: str) -> GatewayProcess:
+    url = f"http://127.0.0.1:{server.port}/sse" if transport == "sse" else server.url
+    return GatewayProcess({
+        "auth": "none",
+        "health": {**HEALTH, "probe_timeout": "1s"},
+        "upstreams": {"f": {"url": url, "transport": transport, "era": "legacy", "timeout": "2s"}},
+    }, tmp_path).start()
+
+
+@pytest.mark.parametrize("transport", ["sse"])
+def test_a_frozen_session_is_dropped_and_opened_again(transport: str, tmp_path: Path,
+                                                       server: FixtureServer) -> None:
+    gw = gateway(tmp_path, server, transport)
+    rpc = RpcClient(gw.url)
+    try:
+        rpc.initialize()
+        assert text(call(rpc, "f__echo")) == "session 1"
+        assert "error" in call(rpc, "f__freeze")  # never answered: the call times out
+        wait_until(lambda: text(call(rpc, "f__echo")) == "session 2", PATIENCE_S, "never answered again")
+        assert state(gw, "f") == "up"
+        assert restarts(gw) == 1
+        reasons = [doc["reason"] for doc in logged(gw, "upstream.restart")]
+        assert len(reasons) == 1
+        assert reasons[0].startswith("health down: probe failed")
+        went = [(doc["previous"], doc["state"], doc["reason"]) for doc in logged(gw, "upstream.health")]
+        restarted = [i for i, (old, new, _) in enumerate(went) if new == "restarting"]
+        assert len(restarted) == 1
+        old, _, reason = went[restarted[0]]
+        assert old == "down"
+        assert reason.startswith("unresponsive, restarted: health down: probe failed")
+        assert [new for _, new, _ in went[restarted[0] + 1:]] == ["up"]
+    finally:
+        rpc.close()
+        gw.stop()
