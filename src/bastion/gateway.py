@@ -93,7 +93,8 @@ class Gateway:
         health = self._pool.monitor
         health.check(upstream)
         # An answer counts for health only if this request was sent after the latest failure: a dying upstream
-        # finishes calls it had accepted while refusing new ones (``health.machine``).
+        # finishes calls it had accepted while refusing new ones; a failure only if it was sent after the latest
+        # reconnection, or it failed on the connection that was replaced (``health.machine``).
         sent_at = health.now()
         try:
             with self.tracing.forward(upstream, method, params) as params:
@@ -102,7 +103,8 @@ class Gateway:
         except (UpstreamUnavailable, UpstreamTimeout) as exc:
             # Passive health signal. A timeout may be one slow tool: it only starts a probe that tells slow from
             # dead; an unreachable upstream counts towards "down".
-            health.failed(upstream, exc.log_detail or exc.message, soft=isinstance(exc, UpstreamTimeout))
+            health.failed(upstream, exc.log_detail or exc.message, soft=isinstance(exc, UpstreamTimeout),
+                          sent_at=sent_at)
             raise
         except UpstreamRpcError as exc:
             health.succeeded(upstream, sent_at)

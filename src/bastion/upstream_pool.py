@@ -149,8 +149,10 @@ class UpstreamPool:
         """A connected upstream is ``down``: its calls and probes fail although its transport holds it connected.
         The transport replaces what it holds (``Upstream.restart``: a stdio child, an HTTP+SSE stream, a Streamable
         HTTP session), since nothing else would: it hears only of a connection that ends, and a hung child keeps
-        its pipes open as a frozen server keeps its TCP connections. Its health then goes ``restarting``, and back
-        ``up`` once the new connection answered; the backoff paces a server that hangs again each time."""
+        its pipes open as a frozen server keeps its TCP connections. A supervised transport's health then goes
+        ``restarting``, and back ``up`` once the new connection answered, its backoff pacing a server that hangs
+        again each time; a Streamable HTTP upstream is ``up`` once its new session answered, and stays ``down``
+        (calls failing fast) while there is none."""
         self._members[name].upstream.restart(f"health down: {reason}")
 
     def _watch_transport(self, name: str) -> None:

@@ -35,6 +35,16 @@ def test_failures_degrade_then_bring_it_down_and_one_answer_brings_it_back() -> 
     assert m.succeeded(h, 11.0) is h  # nothing changes, nothing allocated
 
 
+def test_a_failure_of_a_request_sent_before_the_latest_reconnection_changes_nothing() -> None:
+    """A request still out on a connection the transport replaced (a frozen HTTP session left for a new one)
+    times out after the new connection answered: it says nothing about the new one."""
+    h = m.connected(m.restarting(m.connected(m.initial(0.0), 1.0), 5.0, "frozen"), 6.0)
+    assert m.failed(h, 7.0, "no answer in 2 s", failures_to_down=2, soft=True, sent_at=4.0) is h
+    assert m.failed(h, 7.0, "probe failed", failures_to_down=1, sent_at=4.0) is h
+    assert m.failed(h, 7.0, "no answer in 2 s", failures_to_down=2, soft=True, sent_at=6.5).state == "degraded"
+    assert m.failed(h, 7.0, "refused", failures_to_down=1).state == "down"  # not known when sent: it counts
+
+
 def test_the_public_reason_carries_no_upstream_text() -> None:
     """``/readyz`` answers anyone: a reason built from an upstream's error body, version string or message is
     reduced to bastion's own words, whatever the transition that recorded it."""

@@ -19,6 +19,10 @@ An answer counts only if its request was sent after the latest failure (``sent_a
 finishes the calls it had accepted while it already refuses new ones, and the late answer to a call sent before
 the failure says nothing about now. It must not bring a ``down`` upstream back ``up`` (and refresh its lists,
 and report it ready) while nothing new can reach it; the next probe, sent after the failure, decides.
+
+Likewise a failure counts only if its request was sent after the transport last (re)connected (``connected_at``): a
+request still out on a connection the transport has since replaced (a frozen HTTP session left for a new one, whose
+stuck requests time out after the new session answered) says nothing about the new connection.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Health:
     since: float  # when the state last changed (the caller's clock)
     failures: int = 0  # consecutive failures
     failed_at: float = -math.inf  # when the latest failure (or loss of the connection) was seen
+    connected_at: float = -math.inf  # when the transport last reported itself (re)connected
 
     @property
     def answering(self) -> bool:
@@ -55,7 +60,8 @@ def initial(at: float) -> Health:
 def _to(health: Health, state: HealthState, reason: str, at: float, failures: int,
         failed_at: float | None = None) -> Health:
     since = health.since if state == health.state else at
-    return Health(state, reason, since, failures, health.failed_at if failed_at is None else failed_at)
+    return Health(state, reason, since, failures, health.failed_at if failed_at is None else failed_at,
+                  health.connected_at)
 
 
 def succeeded(health: Health, at: float, sent_at: float | None = None) -> Health:
@@ -68,10 +74,14 @@ def succeeded(health: Health, at: float, sent_at: float | None = None) -> Health
     return _to(health, "up", "answering", at, 0)
 
 
-def failed(health: Health, at: float, reason: str, *, failures_to_down: int, soft: bool = False) -> Health:
+def failed(health: Health, at: float, reason: str, *, failures_to_down: int, soft: bool = False,
+           sent_at: float | None = None) -> Health:
     """A call or probe failed at the transport level. ``soft``: a call that timed out, which may be one slow
     tool rather than a sick upstream; it degrades a healthy upstream (so a probe decides) but never counts
-    towards ``down``, or a burst of slow calls would make a live upstream refuse everything."""
+    towards ``down``, or a burst of slow calls would make a live upstream refuse everything. ``sent_at``: when
+    its request was sent (None: not known, counts); one sent before the latest (re)connection changes nothing."""
+    if sent_at is not None and sent_at < health.connected_at:
+        return health
     if health.state == "restarting":
         return replace(health, failures=health.failures + 1, failed_at=at)
     if soft:
@@ -84,7 +94,7 @@ def failed(health: Health, at: float, reason: str, *, failures_to_down: int, sof
 
 def connected(health: Health, at: float) -> Health:
     """The transport (re)connected: handshake done, lists fetched or about to be."""
-    return _to(health, "up", "connected", at, 0)
+    return replace(_to(health, "up", "connected", at, 0), connected_at=at)
 
 
 def disconnected(health: Health, at: float, reason: str) -> Health:

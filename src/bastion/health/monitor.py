@@ -116,14 +116,18 @@ class HealthMonitor:
         if health is not None and (health.state != "up" or health.failures):
             self._set(name, m.succeeded(health, self._clock(), sent_at))
 
-    def failed(self, name: str, reason: str, *, soft: bool = False) -> None:
+    def failed(self, name: str, reason: str, *, soft: bool = False, sent_at: float | None = None) -> None:
         """A call at the transport level failed: count it (``soft``: a timeout, see ``machine.failed``) and
-        confirm with a probe right away."""
+        confirm with a probe right away. ``sent_at`` (``now()`` when the request was sent): a request sent before
+        the transport's latest (re)connection failed on the connection it replaced, and changes nothing."""
         health = self._health.get(name)
         if health is None:
             return
-        self._set(name, m.failed(health, self._clock(), reason, failures_to_down=self.config.failures_to_down,
-                                 soft=soft))
+        new = m.failed(health, self._clock(), reason, failures_to_down=self.config.failures_to_down, soft=soft,
+                       sent_at=sent_at)
+        if new is health:
+            return
+        self._set(name, new)
         self._probe_soon.add(name)
         self._wake[name].set()
 
@@ -227,7 +231,7 @@ class HealthMonitor:
             probed = True  # an error answer is an answer: the upstream is there
         except (RequestError, TimeoutError) as exc:
             message = (exc.log_detail or exc.message) if isinstance(exc, RequestError) else "no answer in time"
-            self.failed(name, f"probe failed: {message}")
+            self.failed(name, f"probe failed: {message}", sent_at=sent)
             self._probe_soon.discard(name)
             return
         if probed:

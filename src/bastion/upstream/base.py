@@ -73,11 +73,14 @@ class Upstream(Protocol):
         """Replace a connection that is held open but no longer answers: the pool calls it when the upstream's
         health becomes ``down`` while the transport holds it connected, since nothing else would end such a
         connection (a hung stdio child keeps its pipes, a frozen HTTP+SSE stream or Streamable HTTP session keeps
-        its TCP connection). The transport drops what it holds (child, stream, session), fails the requests in
-        flight, reports ``restarting`` to its ``watch`` listener and ``connected`` once a new connection answered
-        its handshake, with the supervisor's backoff between attempts. True when a restart began; False when
-        there is nothing to replace (not connected, already restarting, or nothing per-connection to drop, as in
-        the stateless 2026-07-28 revision, where every request is a new exchange)."""
+        its TCP connections). The transport drops what it holds. A supervised transport (stdio, HTTP+SSE) fails
+        the requests in flight and reconnects as after a lost connection: ``restarting`` to its ``watch``
+        listener, ``connected`` once the new connection answered its handshake, the supervisor's backoff between
+        attempts. Streamable HTTP leaves its requests in flight to end on their own (each is an exchange of its
+        own), initializes one new session and reports ``connected`` if it answers; else the upstream stays
+        ``down`` and its next request (a probe's) initializes first. True when a restart began;
+        False when there is nothing to replace (not connected, already restarting, or nothing per-connection to
+        drop, as in the stateless 2026-07-28 revision, where every request is a new exchange)."""
 
     async def close(self) -> None:
         """Shut down cleanly (stdio: close stdin, then SIGTERM, then SIGKILL; HTTP: DELETE the session). Not final:

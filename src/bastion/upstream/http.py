@@ -7,7 +7,9 @@ response. A 404 on a request that carried our session id means the server forgot
 restarted): we initialize again and retry that request once. A re-initialization that fails (the restarted
 server answers ``initialize`` with an error, or not in time) leaves no session: the next request, a health probe's
 included, initializes first, so the upstream comes back as soon as its server does. A GET stream, when the server
-offers one, brings unrelated notifications such as ``tools/list_changed``.
+offers one, brings unrelated notifications such as ``tools/list_changed``. A session the server froze (it keeps the
+connections but answers nothing in it, not even with a 404) would be asked again by every probe for ever:
+``restart`` leaves it for a new one when the upstream's health finds it ``down``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from bastion import __version__
 from bastion.errors import RequestError, UpstreamUnavailable
 from bastion.protocol.methods import INITIALIZE, INITIALIZED, TOOLS_LIST_CHANGED
 from bastion.sse import SseDecoder
+from bastion.stopping import cancel_and_wait
 from bastion.upstream.base import NotificationHandler, RelatedMessageHandler, UpstreamInfo
 from bastion.upstream.bodies import DEFAULT_MAX_MESSAGE_BYTES
 from bastion.upstream.connections import H1Pool
@@ -82,6 +85,8 @@ class HttpUpstream(HttpPeer):
         self._listener: asyncio.Task[None] | None = None
         self._stream_answered = asyncio.Event()
         self._on_state: StateListener | None = None
+        # Whether ``restart`` is leaving a frozen session.
+        self._renewing = False
 
     def watch(self, listener: StateListener) -> None:
         """Hear when the GET stream ends or fails ("suspect"): often the first sign that the server died, so the
@@ -114,7 +119,17 @@ class HttpUpstream(HttpPeer):
         await self._rpc.notify(method, params)
 
     def restart(self, reason: str) -> bool:
-        return False
+        """Leave a session that no longer answers (health ``down`` while the server keeps its connections) for a
+        new one (``_renew``). Unlike a supervised transport it reports no ``restarting``: a server that cannot be
+        reached at all stays ``down`` as before, its calls failing fast. False without a session (each request to
+        a stateless server is a new exchange, which reaches it once it answers), when not connected, or while a
+        restart is under way."""
+        if self._closed or self._info is None or self._session_id is None or self._renewing:
+            return False
+        log.warning("upstream.restart", upstream=self.name, session=True, reason=reason)
+        self._renewing = True
+        self._rpc.spawn(self._renew())
+        return True
 
     async def close(self) -> None:
         self._closed = True
@@ -122,18 +137,21 @@ class HttpUpstream(HttpPeer):
         await self._rpc.aclose()  # also ends the GET stream's task
         self._listener = None
         if self._session_id is not None:
-            try:
-                # Bounded: a frozen upstream must not hold the gateway's shutdown.
-                async with asyncio.timeout(CLEANUP_TIMEOUT):
-                    with http_errors(self.name, "DELETE"):
-                        async with self._client.stream("DELETE", self._url,
-                                                       headers={**self._headers, **HTTPX_HEADERS}) as response:
-                            await read_body(response, self.name, self._max_message)
-            except TimeoutError:
-                log.info("upstream.delete_failed", upstream=self.name, detail=f"no answer within {CLEANUP_TIMEOUT:g} s")
-            except UpstreamUnavailable as exc:
-                log.info("upstream.delete_failed", upstream=self.name, detail=exc.log_detail)
+            await self._delete_session(self._headers)
             self._session_id = None
+
+    async def _delete_session(self, headers: Mapping[str, str]) -> None:
+        """End the session ``headers`` name. Bounded: a frozen upstream must not hold the gateway's shutdown."""
+        try:
+            async with asyncio.timeout(CLEANUP_TIMEOUT):
+                with http_errors(self.name, "DELETE"):
+                    async with self._client.stream("DELETE", self._url, headers={**headers, **HTTPX_HEADERS}
+                                                   ) as response:
+                        await read_body(response, self.name, self._max_message)
+        except TimeoutError:
+            log.info("upstream.delete_failed", upstream=self.name, detail=f"no answer within {CLEANUP_TIMEOUT:g} s")
+        except UpstreamUnavailable as exc:
+            log.info("upstream.delete_failed", upstream=self.name, detail=exc.log_detail)
 
     # -- session ---------------------------------------------------------------------------------------------
 
@@ -174,6 +192,38 @@ class HttpUpstream(HttpPeer):
             await self._initialize()
         # A server that lost our session may have restarted with a different tool list.
         await self._rpc.on_notification(TOOLS_LIST_CHANGED, {})
+
+    async def _renew(self) -> None:
+        """Leave a frozen session: its GET stream is dropped, it is DELETEd in the background (bounded: the frozen
+        server may not answer that either), and one new session is initialized at once. Requests in flight are
+        left to end on their own: each is an exchange of its own, which a server being stopped rather than frozen
+        may still answer. Success is reported ``connected`` (the upstream is ``up``, and requests still out on the
+        old session no longer count against it). A failure reports nothing: the upstream stays ``down``, failing
+        calls fast, until a probe gets through, since every request (a probe's too) initializes first while there
+        is no session. A server that froze each new session is left only as often as its health finds it
+        ``down``."""
+        try:
+            listener, self._listener = self._listener, None
+            if listener is not None:
+                await cancel_and_wait([listener])
+            self._rpc.spawn(self._delete_session(dict(self._headers)))
+            generation = self._generation
+            self._sessionless = True
+            try:
+                await self._reinitialize(generation)
+            except RequestError as exc:
+                log.warning("upstream.reconnect_failed", upstream=self.name, detail=exc.log_detail or exc.message)
+            else:
+                log.info("upstream.reconnected", upstream=self.name)
+                self._tell("connected", "")
+            if self._listen_enabled and not self._closed:
+                self._listener = self._rpc.spawn(self._listen())
+        finally:
+            self._renewing = False
+
+    def _tell(self, event: str, detail: str) -> None:
+        if self._on_state is not None and not self._closed:
+            self._on_state(event, detail)
 
     # -- requests --------------------------------------------------------------------------------------------
 
@@ -261,8 +311,7 @@ class HttpUpstream(HttpPeer):
             self._stream_answered.set()
             if retry_ms is None:
                 return
-            if self._on_state is not None and not self._closed:
-                self._on_state("suspect", "GET stream ended")
+            self._tell("suspect", "GET stream ended")
             self._backoff.connection_ended(time.monotonic() - started)
             # The server's ``retry`` hint may slow the reconnection down to the backoff's maximum, never further:
             # past that, an upstream would switch off its own change notifications.
