@@ -20,7 +20,7 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from bastion import jsonrpc
-from bastion.errors import INTERNAL_ERROR, MessageRejected, ProtocolError, RequestError
+from bastion.errors import INTERNAL_ERROR, INVALID_REQUEST, MessageRejected, ProtocolError, RequestError
 from bastion.gateway import Gateway
 from bastion.principal import Principal
 from bastion.protocol.meta import PROTOCOL_VERSION_KEY
@@ -89,6 +89,10 @@ class Responder:
         runs to completion (nothing watches the connection meanwhile)."""
         watched: Receive | None = None
         if live is not None and msg.id is not None:
+            if msg.id in live.inflight:
+                # Registering it would take the first request's place: a cancellation would then reach the wrong
+                # one, and the first would be left uncancellable once this one ended.
+                return await self._duplicate(scope, msg)
             if call is None:
                 call = InflightCall(self.task())
             live.inflight[msg.id] = call
@@ -131,6 +135,27 @@ class Responder:
                 live.inflight.pop(msg.id, None)
             elif watched is not None:
                 on_lost(watched, None)
+
+    async def _duplicate(self, scope: Scope, msg: jsonrpc.Message) -> Answer:
+        """A session's request whose id another of its requests in flight already has (the session-based revisions
+        forbid reusing an id within a session). It is refused on its own; the first runs on untouched. A refused
+        ``tools/call`` is still a call, and gets its one audit record."""
+        error: ProtocolError = ProtocolError(
+            INVALID_REQUEST, f"Invalid Request: id {jsonrpc.dumps(msg.id).decode()} is already in use by a request "
+                             "in flight in this session", log_detail="duplicate request id")
+        log.info("request.duplicate_id", method=msg.method[:100], session=scope.session.id[:8] if scope.session
+                 else None, principal=scope.principal.id)
+        if msg.method == TOOLS_CALL:
+            name = msg.params.get("name")
+            try:
+                await self.gw.audit_refused_call(
+                    scope.principal, name if isinstance(name, str) else "", msg.params.get("arguments"),
+                    era=scope.era, session_id=scope.session.id if scope.session else None,
+                    client_info=scope.client_info, request_id=msg.id, stage="parse", outcome="invalid_input",
+                    reason=error.message, error=error, traceparent=scope.traceparent)
+            except ProtocolError as failed:  # the record could not be written under ``audit.required``
+                error = failed
+        return Answer.error(msg.id, error, 200)
 
     def emitter(self, era: str, msg: jsonrpc.Message, live: LiveSession | None, sse_ok: bool) -> Emitter:
         """The channel ``respond`` will give this request: a stream for a ``tools/call`` whose client accepts
