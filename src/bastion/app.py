@@ -64,6 +64,13 @@ def _routes(parts: Components) -> list[Route]:
             checks["policy"] = {"ok": status["ok"], "version": status["version"], "loaded_at": status["loaded_at"],
                                 "error": "the policy files on disk are invalid; the last good policy is in force"
                                 if status["error"] else None}
+        if parts.key_watcher is not None:
+            # As for the policy: the last good key table stays in force, readiness holds, the status shows it.
+            # Neither the error (it names ids and the file) nor how many keys there are: /readyz answers anyone.
+            keys = parts.key_watcher.status
+            checks["api_keys"] = {"ok": keys["ok"], "loaded_at": keys["loaded_at"],
+                                  "error": "the API key file on disk is invalid; the last good key table is in force"
+                                  if keys["error"] else None}
         if redis_client is not None:
             # Reported, but not a reason to leave the Service: every Redis use has a declared behaviour while Redis
             # is down (docs/operations.md, "Redis outages"), and with all replicas unready at once a Redis outage
@@ -110,6 +117,8 @@ def _lifespan(parts: Components) -> Any:
         tasks = []
         if parts.policy_watcher is not None:
             tasks.append(asyncio.create_task(parts.policy_watcher.run(), name="bastion-policy-watcher"))
+        if parts.key_watcher is not None:
+            tasks.append(asyncio.create_task(parts.key_watcher.run(), name="bastion-key-watcher"))
         if parts.pin_watcher is not None:
             tasks.append(asyncio.create_task(parts.pin_watcher.run(), name="bastion-pin-watcher"))
         try:
@@ -181,10 +190,13 @@ async def _unless_stopped(work: Coroutine[Any, Any, None], stop: StopRequest) ->
 
 
 def _hangup(parts: Components) -> None:
-    """SIGHUP: read the policy files now (the watcher's own poll, so never two at once)."""
+    """SIGHUP: read the policy files and the API key file now (each watcher's own poll, so never two at once)."""
     config = "read at start only: restart to apply changes to it"
-    if parts.policy_watcher is None:
-        log.info("signal.hangup", policy="none configured", config=config)
-        return
-    log.info("signal.hangup", policy="reading the policy files now", config=config)
-    parts.policy_watcher.request_reload()
+    policy, keys = parts.policy_watcher, parts.key_watcher
+    log.info("signal.hangup", policy="reading the policy files now" if policy is not None else "none configured",
+             api_keys_file="reading the API key file now" if keys is not None else "none configured",
+             config=config)
+    if policy is not None:
+        policy.request_reload()
+    if keys is not None:
+        keys.request_reload()

@@ -38,8 +38,10 @@ from bastion.approvals import ApprovalsConfig, ApprovalService
 from bastion.approvals.guard import ApprovalGuard
 from bastion.approvals.store import ApprovalStore, MemoryApprovalStore, RedisApprovalStore
 from bastion.audit import AuditCatalogueDrops, AuditConfig, AuditEvents, AuditLog, CallAuditor, build_audit_log
-from bastion.auth import build_authenticator
+from bastion.auth import KeyRing, build_authenticator, key_ring
+from bastion.auth.apikeys import ApiKeyTable
 from bastion.auth.config import AuthConfig
+from bastion.auth.keyfile import KeyWatcher
 from bastion.auth.known import PrincipalDirectory
 from bastion.broadcast import UpstreamBroadcast
 from bastion.call import AuditHook
@@ -117,6 +119,8 @@ class Components:
     audit_log: AuditLog
     events: AuditEvents
     policy_watcher: PolicyWatcher | None
+    # Re-reads ``auth.api_keys_file`` into the authenticator's key ring; None without a key file.
+    key_watcher: KeyWatcher | None
     sessions: SweptStore
     sweeper: SessionSweeper
     limiter: Limiter
@@ -239,7 +243,9 @@ def build(settings: Settings) -> Components:
     gateway.relay_dropped = metrics.relay_dropped
 
     auth_cfg: AuthConfig = settings.section("auth")
-    authenticator = build_authenticator(auth_cfg, http)
+    keys = key_ring(auth_cfg)
+    key_watcher = _key_watcher(auth_cfg, keys, metrics)
+    authenticator = build_authenticator(auth_cfg, http, keys)
 
     async def on_session(event: str, data: SessionData, principal: Principal, reason: str | None) -> None:
         if event == "session.start":
@@ -304,8 +310,9 @@ def build(settings: Settings) -> Components:
 
     return Components(
         settings=settings, started_at=started_at, http=http, redis_clients=redis_clients, metrics=metrics,
-        audit_log=audit_log, events=events, policy_watcher=watcher, sessions=store, sweeper=sweeper, limiter=limiter,
-        approvals=approvals, approvals_config=approvals_cfg, pin_watcher=pin_watcher, tracing=tracing,
+        audit_log=audit_log, events=events, policy_watcher=watcher, key_watcher=key_watcher, sessions=store,
+        sweeper=sweeper, limiter=limiter, approvals=approvals, approvals_config=approvals_cfg, pin_watcher=pin_watcher,
+        tracing=tracing,
         monitor=monitor, pool=pool, gateway=gateway, auth_config=auth_cfg, authenticate=authenticate,
         endpoint=endpoint, http_protocol=http_protocol, admin=admin, redis_probes=redis_probes)
 
@@ -340,6 +347,20 @@ def _policy(settings: Settings, events: AuditEvents,
     log.info("policy.loaded", version=holder.current.version, files=list(holder.current.files))
     return holder, PolicyWatcher(settings.policies, reloaded, initial=holder.current, on_failure=rejected,
                                  on_recovered=recovered)
+
+
+def _key_watcher(cfg: AuthConfig, keys: KeyRing | None, metrics: Metrics) -> KeyWatcher | None:
+    """The watcher of ``auth.api_keys_file``, swapping each table it loads into ``keys`` (``auth.keyfile``)."""
+    if keys is None or cfg.api_keys_file is None:
+        return None
+
+    def reloaded(table: ApiKeyTable) -> None:
+        keys.swap(table)
+        metrics.api_keys_reloaded("applied")
+
+    return KeyWatcher(cfg.api_keys_file, reloaded, inline=keys.inline, initial=keys.table,
+                      on_failure=lambda _: metrics.api_keys_reloaded("rejected"),
+                      on_recovered=lambda _: metrics.api_keys_reloaded("unchanged"))
 
 
 def _sessions(settings: Settings, redis_client: aioredis.Redis | None, events: AuditEvents,

@@ -89,6 +89,12 @@ class Metrics:
         self.policy_reload_failing = Gauge("bastion_policy_reload_failing",
                                            "1 while the policy files on disk cannot be loaded (the last good policy "
                                            "is in force), else 0.", registry=r)
+        self.api_key_reloads = Counter("bastion_api_keys_reloads", "API key file reloads by outcome.", ["outcome"],
+                                       registry=r)
+        self.api_key_reload_failing = Gauge("bastion_api_keys_reload_failing",
+                                            "1 while the API key file on disk cannot be loaded (the last good key "
+                                            "table is in force, revocations in the file included), else 0.",
+                                            registry=r)
         self.audit_sink_failures = Counter("bastion_audit_sink_failures", "Audit records a sink failed to write.",
                                            ["sink"], registry=r)
         self.policy_denials = Counter("bastion_policy_denials", "Calls denied by the access policy, by rule.",
@@ -241,6 +247,11 @@ class Metrics:
         force (``unchanged``) ends it."""
         self.policy_reloads.labels(outcome=outcome).inc()
         self.policy_reload_failing.set(1 if outcome == "rejected" else 0)
+
+    def api_keys_reloaded(self, outcome: Literal["applied", "rejected", "unchanged"]) -> None:
+        """Every outcome the key file's watcher reports, as ``policy_reloaded`` for the policy files."""
+        self.api_key_reloads.labels(outcome=outcome).inc()
+        self.api_key_reload_failing.set(1 if outcome == "rejected" else 0)
 
     def audit_sink_failed(self, sink: str) -> None:
         """Matches ``AuditLog(on_sink_failure=...)``."""

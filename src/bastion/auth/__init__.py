@@ -1,7 +1,8 @@
 """Authentication: who is calling. Runs on every HTTP request, before anything else looks at the body.
 
-The core calls ``build_authenticator(cfg, http)`` once at startup and ``await authenticator.authenticate(headers)``
-per request. Failures are ``AuthenticationError`` (401, with a ``WWW-Authenticate`` challenge) or
+The core calls ``build_authenticator(cfg, http, key_ring(cfg))`` once at startup and
+``await authenticator.authenticate(headers)`` per request; the key file's watcher (``auth.keyfile``) swaps the table
+in the ring while the gateway runs. Failures are ``AuthenticationError`` (401, with a ``WWW-Authenticate`` challenge) or
 ``AuthUnavailable`` (503); both are ``HttpError`` and carry the reason in ``log_detail`` only.
 """
 
@@ -12,7 +13,7 @@ from typing import Protocol
 
 import httpx
 
-from bastion.auth.apikeys import ApiKeyTable, generate_key, hash_key
+from bastion.auth.apikeys import ApiKeyTable, KeyRing, generate_key, hash_key
 from bastion.auth.config import ApiKeyEntry, AuthConfig, JwtConfig, is_loopback_host
 from bastion.auth.credentials import (
     CREDENTIAL_HEADERS,
@@ -37,10 +38,12 @@ __all__ = [
     "Authenticator",
     "CredentialAuthenticator",
     "JwtConfig",
+    "KeyRing",
     "build_authenticator",
     "generate_key",
     "hash_key",
     "is_loopback_host",
+    "key_ring",
     "metadata_paths",
     "metadata_url",
     "protected_resource_metadata",
@@ -70,14 +73,12 @@ class CredentialAuthenticator:
     like a JWT goes on to JWT verification, so API keys never cause JWKS traffic.
     """
 
-    def __init__(self, *, keys: ApiKeyTable | None, jwt: JwtVerifier | None, challenge: Challenge) -> None:
+    def __init__(self, *, keys: KeyRing | None, jwt: JwtVerifier | None, challenge: Challenge) -> None:
+        # The ring, not a table: the key file's reloads swap the table in it, and each request reads the one in
+        # force (``KeyRing``).
         self._keys = keys
         self._jwt = jwt
         self._challenge = challenge
-        # A principal is known by its id alone (policy ``ids:``, sessions bound to their principal, rate-limit
-        # buckets, flow contexts, approvals), so one id must stand for one caller. A token whose subject is an API
-        # key's id would be that key's principal: refused, whoever signed it.
-        self._key_ids = keys.ids if keys is not None else frozenset()
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         credential = extract_credential(headers, self._challenge)
@@ -89,13 +90,19 @@ class CredentialAuthenticator:
             raise self._challenge.invalid(f"{credential.source}: {exc.reason}") from None
 
     async def _check(self, credential: Credential) -> Principal:
-        if self._keys is not None:
-            principal = self._keys.principal(credential.value)
+        table = self._keys.table if self._keys is not None else None
+        if table is not None:
+            principal = table.principal(credential.value)
             if principal is not None:
                 return principal
         if self._jwt is not None and credential.source == "bearer" and credential.looks_like_jwt():
             principal = await self._jwt.verify(credential.value)
-            if principal.id in self._key_ids:
+            # A principal is known by its id alone (policy ``ids:``, sessions bound to their principal, rate-limit
+            # buckets, flow contexts, approvals), so one id must stand for one caller. A token whose subject is an
+            # API key's id would be that key's principal: refused, whoever signed it. Asked of the table in force
+            # now (after the verification's awaits): a key added by a reload claims its id from then on.
+            table = self._keys.table if self._keys is not None else None
+            if table is not None and principal.id in table.ids:
                 raise CredentialRejected(f"JWT principal {principal.id[:64]!r} is an API key's id: one id, one "
                                          "caller")
             return principal
@@ -104,13 +111,23 @@ class CredentialAuthenticator:
         raise CredentialRejected("unknown API key")
 
 
-def build_authenticator(cfg: AuthConfig, http: httpx.AsyncClient) -> Authenticator:
-    """The authenticator for ``cfg``. ``http`` fetches the JWKS; the caller owns (and closes) it."""
+def key_ring(cfg: AuthConfig) -> KeyRing | None:
+    """The key table ``cfg`` starts with, in its ring; None when API keys are not enabled (no ``api_keys`` and no
+    ``api_keys_file``). With a key file the ring exists even while the file holds no entry: a reload may add some."""
+    if cfg.mode == "none" or not (cfg.api_keys or cfg.api_keys_file is not None):
+        return None
+    return KeyRing(ApiKeyTable(cfg.api_keys), inline=cfg.inline_api_keys)
+
+
+def build_authenticator(cfg: AuthConfig, http: httpx.AsyncClient, keys: KeyRing | None = None) -> Authenticator:
+    """The authenticator for ``cfg``. ``http`` fetches the JWKS; the caller owns (and closes) it. ``keys``: the
+    ring whose table the key file's reloads swap (``key_ring(cfg)`` when not given)."""
     if cfg.mode == "none":
         return AnonymousAuthenticator()
     challenge = Challenge(resource_metadata=metadata_url(cfg),
                           scope=cfg.scopes_supported if cfg.jwt is not None else ())
-    keys = ApiKeyTable(cfg.api_keys) if cfg.api_keys else None
+    if keys is None:
+        keys = key_ring(cfg)
     verifier = None
     if cfg.jwt is not None:
         jwks = JwksCache(cfg.jwt.jwks_url, http, ttl_s=cfg.jwt.jwks_cache_ttl_s)

@@ -53,6 +53,7 @@ class ApiKeyTable:
         # One principal per key, made once: every request with the key is the same caller, the same object.
         self._principals = {id(entry): Principal(id=entry.id, groups=entry.groups, attributes=entry.attributes,
                                                  auth_method="api_key") for _, entry in self._entries}
+        self._ids = frozenset(entry.id for _, entry in self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -60,7 +61,11 @@ class ApiKeyTable:
     @property
     def ids(self) -> frozenset[str]:
         """The principal ids the keys stand for (a key's ``id``)."""
-        return frozenset(entry.id for _, entry in self._entries)
+        return self._ids
+
+    @property
+    def entries(self) -> tuple[ApiKeyEntry, ...]:
+        return tuple(entry for _, entry in self._entries)
 
     def principal(self, presented: str) -> Principal | None:
         """The caller a presented key stands for, or None (``lookup``, with the same constant-time comparison)."""
@@ -75,3 +80,20 @@ class ApiKeyTable:
             if self._compare(digest, stored):
                 found = entry
         return found
+
+
+class KeyRing:
+    """The key table in force. The authenticator reads ``table`` on every request (each request is judged by one
+    table: it takes the reference once); a reload of the key file swaps it whole (``swap``), so a removed key is
+    refused from the next request on, and a key whose groups or attributes changed is the new principal.
+
+    ``inline`` are the entries of ``auth.api_keys`` in the config file: read at start only, they are part of every
+    table the key file's reloads make.
+    """
+
+    def __init__(self, table: ApiKeyTable, *, inline: tuple[ApiKeyEntry, ...] = ()) -> None:
+        self.table = table
+        self.inline = inline
+
+    def swap(self, table: ApiKeyTable) -> None:
+        self.table = table

@@ -89,7 +89,11 @@ class AuthConfig:
     """
 
     mode: AuthMode
+    # The key table at start: ``inline_api_keys`` (``auth.api_keys``, read with the config file, at start only)
+    # and the entries of ``api_keys_file`` (resolved; re-read while the gateway runs: ``auth.keyfile``).
     api_keys: tuple[ApiKeyEntry, ...] = ()
+    inline_api_keys: tuple[ApiKeyEntry, ...] = ()
+    api_keys_file: Path | None = None
     jwt: JwtConfig | None = None
     resource: str | None = None
     authorization_servers: tuple[str, ...] = ()
@@ -120,9 +124,12 @@ class AuthConfig:
         mapping = _mapping(data, path)
         _reject_unknown(mapping, _TOP_KEYS, path)
 
-        entries = list(_parse_key_entries(mapping.get("api_keys", []), f"{path}.api_keys"))
+        inline = tuple(_parse_key_entries(mapping.get("api_keys", []), f"{path}.api_keys"))
+        entries = list(inline)
+        keys_file = None
         if "api_keys_file" in mapping:
-            entries.extend(load_keys_file(mapping["api_keys_file"], f"{path}.api_keys_file", base_dir))
+            keys_file = keys_file_path(mapping["api_keys_file"], f"{path}.api_keys_file", base_dir)
+            entries.extend(load_keys_file(str(keys_file), f"{path}.api_keys_file"))
         _reject_duplicates(entries, path)
 
         resource = _opt_url(mapping.get("resource"), f"{path}.resource")
@@ -148,7 +155,8 @@ class AuthConfig:
             if not _SCOPE_RE.fullmatch(scope):
                 raise ConfigError(f"invalid scope {scope!r} (no spaces, quotes or backslashes)",
                                   path=f"{path}.scopes_supported[{i}]")
-        return cls(mode="enabled", api_keys=tuple(entries), jwt=jwt_cfg, resource=resource,
+        return cls(mode="enabled", api_keys=tuple(entries), inline_api_keys=inline, api_keys_file=keys_file,
+                   jwt=jwt_cfg, resource=resource,
                    authorization_servers=servers, scopes_supported=scopes)
 
 
@@ -163,13 +171,19 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def load_keys_file(value: object, path: str, base_dir: Path | None = None) -> list[ApiKeyEntry]:
-    """Read a keys file: a YAML list of entries, or a mapping with a single ``api_keys`` list."""
+def keys_file_path(value: object, path: str, base_dir: Path | None = None) -> Path:
+    """Where ``auth.api_keys_file`` points: relative to ``base_dir`` (the config file's directory)."""
     if not isinstance(value, str) or not value:
         raise ConfigError("expected a file path", path=path)
     file = Path(value)
     if not file.is_absolute() and base_dir is not None:
         file = base_dir / file
+    return file
+
+
+def load_keys_file(value: object, path: str, base_dir: Path | None = None) -> list[ApiKeyEntry]:
+    """Read a keys file: a YAML list of entries, or a mapping with a single ``api_keys`` list."""
+    file = keys_file_path(value, path, base_dir)
     try:
         text = file.read_text(encoding="utf-8")
         doc = yaml.safe_load(text)
@@ -219,6 +233,26 @@ def parse_key_entry(value: object, path: str) -> ApiKeyEntry:
             raise ConfigError("attribute names must be strings", path=f"{path}.attributes")
     return ApiKeyEntry(id=key_id, hash=digest.strip().lower(), groups=groups,
                        attributes=MappingProxyType(dict(attributes)))
+
+
+def key_table_entries(inline: Sequence[ApiKeyEntry], from_file: Sequence[ApiKeyEntry],
+                      file: Path) -> tuple[ApiKeyEntry, ...]:
+    """The entries of a key table made from ``auth.api_keys`` and a (re-)read key file, under the rules the
+    config load applies: no id twice, no hash twice, across both."""
+    ids = {entry.id for entry in inline}
+    hashes = {entry.hash for entry in inline}
+    for i, entry in enumerate(from_file):
+        if entry.id in ids:
+            raise ConfigError(f"API key id {entry.id!r} is also in auth.api_keys of the config file",
+                              source=str(file), path=f"api_keys[{i}].id")
+        if entry.hash in hashes:
+            raise ConfigError(f"API key {entry.id!r} has the same hash as an entry in auth.api_keys of the config "
+                              "file", source=str(file), path=f"api_keys[{i}].hash")
+    try:
+        _reject_duplicates(from_file, "api_keys_file")
+    except ConfigError as exc:
+        raise ConfigError(exc.message, source=str(file)) from None
+    return (*inline, *from_file)
 
 
 def _reject_duplicates(entries: Sequence[ApiKeyEntry], path: str) -> None:

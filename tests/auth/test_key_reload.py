@@ -1,0 +1,184 @@
+"""The API key file re-read while the gateway runs (``auth.keyfile``): what a reload swaps into the authenticator's
+key ring, what it refuses, and what its log line says. In process, on real files; the running gateway is
+tests/e2e/test_api_key_reload.py."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from structlog.testing import capture_logs
+
+from bastion.auth import AuthConfig, Authenticator, build_authenticator, hash_key, key_ring
+from bastion.auth.apikeys import ApiKeyTable, KeyRing
+from bastion.auth.keyfile import KeyWatcher
+from bastion.errors import AuthenticationError
+from tests.auth.test_jwt import ISSUER, RESOURCE, sign
+from tests.support.jwks import JwksServer, KeyPair
+
+ALICE = "bst_alice_" + "a" * 40
+BOB = "bst_bob___" + "b" * 40
+CAROL = "bst_carol_" + "c" * 40
+
+
+def entry(key_id: str, key: str, groups: list[str] | None = None, **attributes: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": key_id, "hash": hash_key(key)}
+    if groups:
+        out["groups"] = groups
+    if attributes:
+        out["attributes"] = attributes
+    return out
+
+
+def write(file: Path, *entries: dict[str, Any]) -> None:
+    file.write_text(yaml.safe_dump({"api_keys": list(entries)}))
+
+
+class Gateway:
+    """What the assembly wires: the config's ring, the authenticator over it, the watcher swapping into it."""
+
+    def __init__(self, cfg: AuthConfig, http: httpx.AsyncClient) -> None:
+        ring = key_ring(cfg)
+        assert ring is not None and cfg.api_keys_file is not None
+        self.ring: KeyRing = ring
+        self.auth: Authenticator = build_authenticator(cfg, http, ring)
+        self.events: list[tuple[str, object]] = []
+        self.watcher = KeyWatcher(cfg.api_keys_file, self._reloaded, inline=ring.inline, initial=ring.table,
+                                  on_failure=lambda e: self.events.append(("failure", e)),
+                                  on_recovered=lambda t: self.events.append(("recovered", len(t))))
+
+    def _reloaded(self, table: ApiKeyTable) -> None:
+        self.ring.swap(table)
+        self.events.append(("reload", len(table)))
+
+    def polls(self, count: int) -> None:
+        for _ in range(count):
+            self.watcher.report(self.watcher.poll())
+
+    async def who(self, key: str) -> str | None:
+        try:
+            return (await self.auth.authenticate({"Authorization": f"Bearer {key}"})).id
+        except AuthenticationError:
+            return None
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+def config(tmp_path: Path, inline: list[dict[str, Any]] | None = None, **extra: Any) -> AuthConfig:
+    mapping: dict[str, Any] = {"api_keys_file": "keys.yaml", **extra}
+    if inline:
+        mapping["api_keys"] = inline
+    return AuthConfig.from_mapping(mapping, listen_host="0.0.0.0", base_dir=tmp_path)
+
+
+async def test_a_removed_key_is_refused_and_a_changed_one_is_the_new_principal(tmp_path: Path,
+                                                                             http: httpx.AsyncClient) -> None:
+    write(tmp_path / "keys.yaml", entry("alice", ALICE, ["eng"]), entry("bob", BOB, ["eng"]))
+    gw = Gateway(config(tmp_path), http)
+    assert await gw.who(ALICE) == "alice"
+    write(tmp_path / "keys.yaml", entry("bob", BOB, ["ops"], team="search"))
+    gw.polls(1)
+    assert await gw.who(ALICE) == "alice", "applied on one look: the file may be half-written"
+    with capture_logs() as logs:
+        gw.polls(1)
+    assert gw.events == [("reload", 1)]
+    assert await gw.who(ALICE) is None
+    bob = await gw.auth.authenticate({"X-API-Key": BOB})
+    assert (bob.groups, dict(bob.attributes)) == ({"ops"}, {"team": "search"})
+    # One line per reload, with its counts and never a hash.
+    assert logs == [{"event": "api_keys.reload", "outcome": "applied", "file": str(tmp_path / "keys.yaml"),
+                     "keys": 1, "inline": 0, "from_file": 1, "added": 0, "removed": 1, "changed": 1,
+                     "log_level": "info"}]
+
+
+async def test_a_broken_file_keeps_the_table_in_force_and_its_end_is_reported(tmp_path: Path,
+                                                                            http: httpx.AsyncClient) -> None:
+    write(tmp_path / "keys.yaml", entry("alice", ALICE), entry("bob", BOB))
+    gw = Gateway(config(tmp_path), http)
+    good = (tmp_path / "keys.yaml").read_text()
+    (tmp_path / "keys.yaml").write_text("api_keys:\n  - id: bob\n    hash: " + hash_key(BOB) + "\n  - {id: [\n")
+    with capture_logs() as logs:
+        gw.polls(3)
+    assert gw.events == [("failure", f"{tmp_path / 'keys.yaml'}:5: keys file is not valid YAML")]
+    assert [(e["outcome"], e["keeping_keys"], e["log_level"]) for e in logs] == [("rejected", 2, "error")]
+    assert gw.watcher.status == {"ok": False, "loaded_at": gw.watcher.loaded_at, "keys": 2,
+                                 "error": f"{tmp_path / 'keys.yaml'}:5: keys file is not valid YAML"}
+    assert await gw.who(ALICE) == "alice"
+    # The very file in force again: nothing to swap, and the error is over.
+    (tmp_path / "keys.yaml").write_text(good)
+    with capture_logs() as logs:
+        gw.polls(2)
+    assert gw.events[1:] == [("recovered", 2)]
+    assert [(e["event"], e["outcome"], e["keys"]) for e in logs] == [("api_keys.reload", "unchanged", 2)]
+    assert gw.watcher.status["ok"] is True
+
+
+@pytest.mark.parametrize(("written", "error"), [
+    ([entry("alice", CAROL)], "API key id 'alice' is also in auth.api_keys of the config file"),
+    ([entry("carol", ALICE)], "API key 'carol' has the same hash as an entry in auth.api_keys of the config file"),
+    ([entry("bob", BOB), entry("bob", CAROL)], "duplicate API key id 'bob'"),
+    ([{"id": "carol", "secret": CAROL}], "'secret' looks like a plaintext key"),
+])
+async def test_the_rules_of_the_config_load_hold_for_every_reload(tmp_path: Path, http: httpx.AsyncClient,
+                                                                  written: list[dict[str, Any]], error: str) -> None:
+    write(tmp_path / "keys.yaml", entry("bob", BOB))
+    gw = Gateway(config(tmp_path, inline=[entry("alice", ALICE)]), http)
+    write(tmp_path / "keys.yaml", *written)
+    with capture_logs() as logs:
+        assert gw.watcher.reload_now() is False
+    [(kind, message)] = gw.events
+    assert kind == "failure" and str(message).startswith(str(tmp_path / "keys.yaml")) and error in str(message)
+    assert CAROL not in repr(logs) and hash_key(CAROL) not in repr(logs)
+    assert (await gw.who(ALICE), await gw.who(BOB), await gw.who(CAROL)) == ("alice", "bob", None)
+
+
+async def test_inline_keys_stay_and_an_empty_file_revokes_every_key_it_held(tmp_path: Path,
+                                                                           http: httpx.AsyncClient) -> None:
+    """``auth.api_keys`` is read with the config file, at start only: every reloaded table holds it. A file
+    emptied (every key in it revoked) is a valid table, not an error."""
+    write(tmp_path / "keys.yaml", entry("bob", BOB))
+    gw = Gateway(config(tmp_path, inline=[entry("alice", ALICE)]), http)
+    (tmp_path / "keys.yaml").write_text("")
+    with capture_logs() as logs:
+        assert gw.watcher.reload_now() is True
+    assert (await gw.who(ALICE), await gw.who(BOB)) == ("alice", None)
+    assert [(e["keys"], e["inline"], e["from_file"], e["removed"]) for e in logs] == [(1, 1, 0, 1)]
+    write(tmp_path / "keys.yaml", entry("carol", CAROL))
+    assert gw.watcher.reload_now() is True
+    assert (await gw.who(ALICE), await gw.who(CAROL)) == ("alice", "carol")
+
+
+async def test_a_key_file_empty_at_start_takes_keys_added_later(tmp_path: Path, http: httpx.AsyncClient) -> None:
+    (tmp_path / "keys.yaml").write_text("api_keys: []\n")
+    cfg = config(tmp_path, jwt={"issuer": ISSUER, "jwks_url": "https://idp.example/jwks"}, resource=RESOURCE)
+    gw = Gateway(cfg, http)
+    assert await gw.who(ALICE) is None
+    write(tmp_path / "keys.yaml", entry("alice", ALICE))
+    assert gw.watcher.reload_now() is True
+    assert await gw.who(ALICE) == "alice"
+
+
+async def test_a_token_may_not_take_the_id_of_a_key_a_reload_added(tmp_path: Path, http: httpx.AsyncClient,
+                                                                   jwks_server: JwksServer, rsa_key: KeyPair) -> None:
+    """One id, one caller, against the table in force: a key added under the id ``carol`` makes a token whose
+    subject is ``carol`` a stranger from then on; removing the key frees the id again."""
+    write(tmp_path / "keys.yaml", entry("bob", BOB))
+    gw = Gateway(config(tmp_path, jwt={"issuer": ISSUER, "jwks_url": jwks_server.url}, resource=RESOURCE), http)
+    token = sign(rsa_key, sub="carol")
+    assert await gw.who(token) == "carol"
+    write(tmp_path / "keys.yaml", entry("bob", BOB), entry("carol", CAROL))
+    assert gw.watcher.reload_now() is True
+    with capture_logs(), pytest.raises(AuthenticationError) as refused:
+        await gw.auth.authenticate({"Authorization": f"Bearer {token}"})
+    assert "API key's id" in (refused.value.log_detail or "")
+    write(tmp_path / "keys.yaml", entry("bob", BOB))
+    assert gw.watcher.reload_now() is True
+    assert await gw.who(token) == "carol"
