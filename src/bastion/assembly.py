@@ -81,7 +81,7 @@ from bastion.server.dispatch import Dispatcher
 from bastion.server.http import McpEndpoint
 from bastion.server.protocol import FrontDoorOptions, FrontDoorProtocol, front_door_protocol
 from bastion.server.refusals import RefusalReporter
-from bastion.server.standing import Standing
+from bastion.server.standing import AuthChanges, Standing
 from bastion.server.state import StateSealer
 from bastion.sessions.cache import CachedSessionStore
 from bastion.sessions.fallback import FallbackSessionStore
@@ -244,7 +244,9 @@ def build(settings: Settings) -> Components:
 
     auth_cfg: AuthConfig = settings.section("auth")
     keys = key_ring(auth_cfg)
-    key_watcher = _key_watcher(auth_cfg, keys, metrics)
+    # Each key table swapped in wakes every open stream to present its credential again (server/standing.py).
+    auth_changes = AuthChanges()
+    key_watcher = _key_watcher(auth_cfg, keys, metrics, auth_changes)
     authenticator = build_authenticator(auth_cfg, http, keys)
 
     async def on_session(event: str, data: SessionData, principal: Principal, reason: str | None) -> None:
@@ -293,7 +295,8 @@ def build(settings: Settings) -> Components:
                                per_minute=listen.refusal_audit_per_minute)
     endpoint = McpEndpoint(gateway, Dispatcher(gateway, StateSealer(settings.sessions.state)), authenticate,
                            on_session=on_session, on_refused=refusals.report,
-                           reauthenticate=authenticator.authenticate, on_revoked=revoked)
+                           reauthenticate=authenticator.authenticate, on_revoked=revoked,
+                           auth_changes=auth_changes if key_watcher is not None else None)
     http_protocol = front_door_protocol(FrontDoorOptions(
         max_header_bytes=listen.max_header_bytes, max_headers=listen.max_headers,
         max_target_bytes=listen.max_target_bytes, request_timeout_s=listen.request_timeout_s,
@@ -349,13 +352,16 @@ def _policy(settings: Settings, events: AuditEvents,
                                  on_recovered=recovered)
 
 
-def _key_watcher(cfg: AuthConfig, keys: KeyRing | None, metrics: Metrics) -> KeyWatcher | None:
-    """The watcher of ``auth.api_keys_file``, swapping each table it loads into ``keys`` (``auth.keyfile``)."""
+def _key_watcher(cfg: AuthConfig, keys: KeyRing | None, metrics: Metrics,
+                 changes: AuthChanges) -> KeyWatcher | None:
+    """The watcher of ``auth.api_keys_file``, swapping each table it loads into ``keys`` (``auth.keyfile``) and
+    counting it in ``changes``, which wakes the open streams to check their credentials against it."""
     if keys is None or cfg.api_keys_file is None:
         return None
 
     def reloaded(table: ApiKeyTable) -> None:
         keys.swap(table)
+        changes.advance()
         metrics.api_keys_reloaded("applied")
 
     return KeyWatcher(cfg.api_keys_file, reloaded, inline=keys.inline, initial=keys.table,

@@ -64,7 +64,7 @@ from bastion.server.lifecycle import SessionEvent, SessionLifecycle
 from bastion.server.modern import ModernDoor, is_modern
 from bastion.server.protocol import deliver, whole_body
 from bastion.server.responder import Responder
-from bastion.server.standing import OnRevoked, Reauthenticate, standing_of
+from bastion.server.standing import AUTH_EPOCH, AuthChanges, OnRevoked, Reauthenticate, standing_of
 from bastion.view import View
 
 __all__ = ["Authenticate", "McpEndpoint", "OnRefused", "SessionEvent", "answered"]
@@ -96,10 +96,13 @@ class McpEndpoint:
 
     def __init__(self, gateway: Gateway, dispatcher: d.Dispatcher, authenticate: Authenticate,
                  on_session: SessionEvent | None = None, on_refused: OnRefused | None = None,
-                 reauthenticate: Reauthenticate | None = None, on_revoked: OnRevoked | None = None) -> None:
+                 reauthenticate: Reauthenticate | None = None, on_revoked: OnRevoked | None = None,
+                 auth_changes: AuthChanges | None = None) -> None:
         self.gw = gateway
-        # How a stream re-checks the credential it was opened with (``server/standing.py``).
-        self.standing = standing_of(reauthenticate, on_revoked)
+        # How a stream re-checks the credential it was opened with (``server/standing.py``), at once when
+        # ``auth_changes`` counts a change of what the authenticator consults (a reloaded key table).
+        self.standing = standing_of(reauthenticate, on_revoked, auth_changes)
+        self._auth_changes = auth_changes
         self.on_refused = on_refused
         self.dispatcher = dispatcher
         self.authenticate = authenticate
@@ -171,6 +174,9 @@ class McpEndpoint:
         if request.method == "POST":
             check_content_type(headers.get("content-type"))
             check_declared_length(headers.get("content-length"), self.listen.max_body_bytes)
+        if self._auth_changes is not None:
+            # Before authenticating: a stream this request opens checks again after any later change.
+            request.scope[AUTH_EPOCH] = self._auth_changes.number
         principal = await self.authenticate(headers, request.client.host if request.client else None)
         if request.method == "POST":
             return await self._post(request, principal)

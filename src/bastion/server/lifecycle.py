@@ -250,14 +250,13 @@ class SessionLifecycle:
         live.get_stream = queue
         live.principal, live.log_level = principal, session.log_level  # for upstream log relay
         tick = stream_tick(self.gw.settings.sessions.idle_timeout_s)
-        standing = self.standing(principal, request.headers, request.client.host if request.client else None,
-                                 "legacy", session.id)
+        standing = self.standing(principal, request, "legacy", session.id)
 
         async def events() -> AsyncIterator[bytes]:
             try:
                 yield b": bastion stream open\n\n"
                 while True:
-                    item = await next_message(queue.get, tick, standing.principal.expires_at)
+                    item = await next_message(queue.get, tick, standing.principal.expires_at, standing.recheck)
                     if item is Idle.TICK or item is Idle.EXPIRED:
                         # At each tick, and at the credential's expiry (after which nothing more is delivered).
                         if not await self._still_standing(session, live, standing):

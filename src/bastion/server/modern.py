@@ -140,8 +140,7 @@ class ModernDoor:
         wanted = ListenFilter.from_params(cast(ListenParams, msg.params))
         resources = await self.dispatcher.listen_resources(scope, wanted.resources)
         stream = Stream(msg.id, scope.principal, ListenFilter(lists=wanted.lists, resources=resources))
-        standing = self.standing(scope.principal, request.headers,
-                                 request.client.host if request.client else None, "modern", None)
+        standing = self.standing(scope.principal, request, "modern", None)
         for ended in self.listeners.open(stream):
             log.warning("listen.evicted", principal=scope.principal.id, subscription=str(ended.subscription_id)[:64])
         ack = tagged(ACKNOWLEDGED, {"notifications": stream.filter.honoured()}, msg.id)
@@ -152,7 +151,8 @@ class ModernDoor:
             try:
                 yield encode_event(jsonrpc.dumps(ack), event="message")
                 while True:
-                    item = await next_message(stream.queue.get, KEEPALIVE_S, standing.principal.expires_at)
+                    item = await next_message(stream.queue.get, KEEPALIVE_S, standing.principal.expires_at,
+                                              standing.recheck)
                     if item is Idle.TICK or item is Idle.EXPIRED:
                         # At each tick, and at the credential's expiry (after which nothing more is delivered).
                         if not await self._still_standing(stream, standing):
