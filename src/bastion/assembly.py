@@ -306,7 +306,7 @@ def build(settings: Settings) -> Components:
     admin = build_console(admin_cfg, AdminSources(
         view=lambda: views.view, pool=pool, monitor=monitor, audit_log=audit_log, authenticator=authenticator,
         auth_enabled=auth_cfg.mode != "none", pinning=pinning, policy=holder, policy_watcher=watcher,
-        approvals=approvals, principals=PrincipalDirectory.from_auth(auth_cfg),
+        approvals=approvals, principals=PrincipalDirectory.from_auth(auth_cfg), keys=keys,
         naming=Naming.of(settings.upstreams, settings.catalogue.separator), sessions=lambda: session_count.get("n"),
         started_at=started_at, restarts=restarts, redis=redis_client), guard=_host_guard(admin_cfg, refusals.report)) \
         if admin_cfg.enabled else None

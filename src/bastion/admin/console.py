@@ -20,6 +20,7 @@ before a logout, or shortly before the expiry, follow the audit log for as long 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import secrets
 import time
@@ -45,6 +46,7 @@ from bastion.admin.sources import AdminSources
 from bastion.admin.tap import AuditTap
 from bastion.approvals import ApprovalEvent, NotAnApprover
 from bastion.audit.record import admin_action_record, approval_record, pin_approve_record
+from bastion.auth import hash_key
 from bastion.auth.known import ResolvedPrincipal
 from bastion.catalogue import Naming
 from bastion.errors import AuthenticationError
@@ -137,13 +139,26 @@ class Console:
         if not self._client_allowed(request):
             return None
         session = self._signer.session(request.cookies.get(COOKIE), now=self._clock())
-        if session is None or await self.revocations.revoked(session):
+        if session is None or not self._key_in_force(session) or await self.revocations.revoked(session):
             return None
         return session
 
     async def _still_valid(self, session: AdminSession) -> bool:
         """What ``session_of`` asks, again, for a response that outlives its request (a stream)."""
-        return session.expires > self._clock() and not await self.revocations.revoked(session)
+        return session.expires > self._clock() and self._key_in_force(session) \
+            and not await self.revocations.revoked(session)
+
+    def _key_in_force(self, session: AdminSession) -> bool:
+        """A session opened with an API key lasts while that key is in the key table in force (a reload of the
+        key file may have removed it, or replaced it under the same id) and still makes its holder an admin (its
+        groups may have changed). The table is asked, not the authenticator: the cookie holds no key."""
+        if session.auth_method != "api_key" or self.src.keys is None:
+            return True
+        entry = self.src.keys.table.by_id(session.admin)
+        if entry is None or session.key is None or \
+                not hmac.compare_digest(self._signer.bind(entry.hash).encode(), session.key.encode()):
+            return False
+        return entry.id in self.cfg.principals or bool(entry.groups & set(self.cfg.groups))
 
     def _client_allowed(self, request: Request) -> bool:
         # Without gateway auth the console has no credentials to check: only this machine may use it.
@@ -216,8 +231,9 @@ class Console:
         if principal is None:
             await self._audit(None, request, "login_failed", None, "refused", problem)
             return await self.login_form(request, error="not an admin credential", status=401)
+        key = self._signer.bind(hash_key(form.get("key", "").strip())) if principal.auth_method == "api_key" else None
         cookie, _ = self._signer.issue(principal.id, tuple(sorted(principal.groups)), principal.auth_method,
-                                       now=self._clock(), ttl_s=self.cfg.session_ttl_s)
+                                       now=self._clock(), ttl_s=self.cfg.session_ttl_s, key=key)
         await self._audit(principal, request, "login", principal.id, "ok")
         response = RedirectResponse("/", status_code=303)
         self._set_cookie(response, COOKIE, cookie, max_age=int(self.cfg.session_ttl_s))
@@ -503,7 +519,7 @@ class Console:
                 arguments = _json_object(fields["arguments"], "arguments")
                 # The principal as the gateway would authenticate it (an API key's own groups and attributes; a
                 # JWT subject from the claims entered), the same resolution as the catalogue and the CLI's.
-                resolved = self.src.principals.resolve(
+                resolved = self.src.directory().resolve(
                     fields["principal"].strip(), groups=(g.strip() for g in fields["groups"].split(",")),
                     claims=claims)
                 who = _who(resolved)

@@ -55,7 +55,8 @@ def catalogue(src: AdminSources, principal: str | None = None) -> dict[str, Any]
     ``PolicySet.decide`` (list form, no arguments) as ``tools/list`` and ``bastion policy explain --list``, for the
     principal as the gateway authenticates it (``PrincipalDirectory``: an API key's groups and attributes)."""
     view = src.view()
-    chosen = src.principals.find(principal) if principal else None
+    directory = src.directory()
+    chosen = directory.find(principal) if principal else None
     policy = src.policy.current if src.policy is not None and chosen is not None else None
     visible, hidden = [], []
     for entry in sorted(view.catalogue.tools, key=lambda e: e.public_name):
@@ -94,7 +95,7 @@ def catalogue(src: AdminSources, principal: str | None = None) -> dict[str, Any]
     return {"visible": visible, "hidden": hidden, "version": view.catalogue.version or "(none yet)",
             "policy_note": policy_note, "selected": chosen.id if chosen is not None else "",
             "unknown": principal if principal and chosen is None else "",
-            "principals": [{"id": p.id, "groups": sorted(p.groups)} for p in src.principals.known]}
+            "principals": [{"id": p.id, "groups": sorted(p.groups)} for p in directory.known]}
 
 
 def _drop_kind(reason: str) -> str:

@@ -32,6 +32,9 @@ class AdminSession:
     csrf: str
     # Random per login: the handle a logout revokes (``Revocations``); never shown, never the CSRF token.
     sid: str
+    # For a login with an API key: which key (``Signer.bind`` of its hash). The session lasts only while that very
+    # key is in the key table in force: a key revoked (removed, or replaced under the same id) ends it.
+    key: str | None = None
 
 
 def _b64(data: bytes) -> str:
@@ -61,12 +64,17 @@ class Signer:
         return payload if hmac.compare_digest(want, given) else None
 
     def issue(self, admin: str, groups: tuple[str, ...], auth_method: AuthMethod, *, now: float,
-              ttl_s: float) -> tuple[str, AdminSession]:
+              ttl_s: float, key: str | None = None) -> tuple[str, AdminSession]:
         session = AdminSession(admin, groups, auth_method, now + ttl_s, secrets.token_urlsafe(32),
-                               secrets.token_urlsafe(16))
+                               secrets.token_urlsafe(16), key)
         payload = json.dumps({"a": admin, "g": list(groups), "m": auth_method, "e": session.expires,
-                              "c": session.csrf, "s": session.sid}, separators=(",", ":")).encode()
+                              "c": session.csrf, "s": session.sid, "k": key}, separators=(",", ":")).encode()
         return self.sign(payload), session
+
+    def bind(self, key_hash: str) -> str:
+        """What a session names its API key by: keyed by the signing key, so the cookie (readable by whoever holds
+        it) carries neither the key nor its hash."""
+        return _b64(hmac.new(self._key, b"api-key:" + key_hash.encode(), hashlib.sha256).digest())
 
     def session(self, cookie: str | None, *, now: float) -> AdminSession | None:
         """The session a cookie carries, or ``None`` when absent, forged, malformed or expired. Whether it was
@@ -78,8 +86,9 @@ class Signer:
             return None
         try:
             data = json.loads(payload)
+            key = data.get("k")
             session = AdminSession(str(data["a"]), tuple(str(g) for g in data["g"]), data["m"], float(data["e"]),
-                                   str(data["c"]), str(data["s"]))
+                                   str(data["c"]), str(data["s"]), key if isinstance(key, str) else None)
         except (ValueError, KeyError, TypeError):
             return None
         return session if session.expires > now else None

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from bastion.approvals import ApprovalService
 from bastion.audit.log import AuditLog
-from bastion.auth import Authenticator
+from bastion.auth import Authenticator, KeyRing
 from bastion.auth.known import PrincipalDirectory
 from bastion.catalogue import Naming
 from bastion.health import HealthMonitor
@@ -44,6 +44,9 @@ class AdminSources:
     # JWT subjects are accepted): the principal as the gateway sees it, for the catalogue's per-principal view and
     # the explain form (``PrincipalDirectory.resolve``, as ``bastion policy explain --config``).
     principals: PrincipalDirectory = field(default_factory=PrincipalDirectory)
+    # The key table in force (reloads of ``auth.api_keys_file`` swap it): the directory's keys, and what a console
+    # session opened with a key stays bound to. None without API keys.
+    keys: KeyRing | None = None
     # The configured prefixes: the upstream of a tool the catalogue does not list now, for the explain form.
     naming: Naming = field(default_factory=Naming)
     # The number of live sessions, as the sweeper last counted them (``None``: not counted yet).
@@ -54,3 +57,7 @@ class AdminSources:
     # Redis, when configured (``redis_url``): console logouts reach every replica sharing it (``revocation.py``).
     redis: aioredis.Redis | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def directory(self) -> PrincipalDirectory:
+        """``principals`` with the key table in force now."""
+        return self.principals if self.keys is None else self.principals.with_keys(self.keys.table.entries)

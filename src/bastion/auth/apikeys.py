@@ -53,7 +53,8 @@ class ApiKeyTable:
         # One principal per key, made once: every request with the key is the same caller, the same object.
         self._principals = {id(entry): Principal(id=entry.id, groups=entry.groups, attributes=entry.attributes,
                                                  auth_method="api_key") for _, entry in self._entries}
-        self._ids = frozenset(entry.id for _, entry in self._entries)
+        self._by_id = {entry.id: entry for _, entry in self._entries}
+        self._ids = frozenset(self._by_id)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -66,6 +67,10 @@ class ApiKeyTable:
     @property
     def entries(self) -> tuple[ApiKeyEntry, ...]:
         return tuple(entry for _, entry in self._entries)
+
+    def by_id(self, key_id: str) -> ApiKeyEntry | None:
+        """The entry of the key with that ``id`` (never used to authenticate: a lookup by name, not by key)."""
+        return self._by_id.get(key_id)
 
     def principal(self, presented: str) -> Principal | None:
         """The caller a presented key stands for, or None (``lookup``, with the same constant-time comparison)."""

@@ -18,10 +18,10 @@ Sources, in the order they are asked:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from bastion.auth.config import AuthConfig, JwtConfig
+from bastion.auth.config import ApiKeyEntry, AuthConfig, JwtConfig
 from bastion.auth.credentials import CredentialRejected
 from bastion.auth.jwt import claim_attributes, claim_groups
 from bastion.principal import Principal
@@ -52,11 +52,11 @@ class PrincipalDirectory:
     def from_auth(cls, auth: AuthConfig | None) -> PrincipalDirectory:
         if auth is None or auth.mode == "none":
             return cls()
-        # One entry per id (the auth config refuses duplicates; kept defensive, the first listed wins).
-        first = {k.id: k for k in reversed(auth.api_keys)}
-        keys = tuple(Principal(id=k.id, groups=k.groups, attributes=k.attributes, auth_method="api_key")
-                     for _, k in sorted(first.items()))
-        return cls(api_keys=keys, jwt=auth.jwt, auth_enabled=True)
+        return cls(api_keys=_key_principals(auth.api_keys), jwt=auth.jwt, auth_enabled=True)
+
+    def with_keys(self, entries: Iterable[ApiKeyEntry]) -> PrincipalDirectory:
+        """The same directory over another key table (the one a reload of the key file put in force)."""
+        return replace(self, api_keys=_key_principals(entries))
 
     @property
     def known(self) -> tuple[Principal, ...]:
@@ -97,6 +97,13 @@ class PrincipalDirectory:
                               auth_method="api_key")
         return ResolvedPrincipal(principal, "entered", "no API key has this id and no JWT is configured: the gateway "
                                                        "authenticates no such principal; evaluated as entered")
+
+
+def _key_principals(entries: Iterable[ApiKeyEntry]) -> tuple[Principal, ...]:
+    # One entry per id (the auth config refuses duplicates; kept defensive, the first listed wins).
+    first = {k.id: k for k in reversed(tuple(entries))}
+    return tuple(Principal(id=k.id, groups=k.groups, attributes=k.attributes, auth_method="api_key")
+                 for _, k in sorted(first.items()))
 
 
 def _ignored(groups: frozenset[str], claims: Mapping[str, Any], actual_groups: frozenset[str],
