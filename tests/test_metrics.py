@@ -16,6 +16,8 @@ EXPECTED = {
     "bastion_active_sessions": "gauge",
     "bastion_policy_reloads": "counter",
     "bastion_policy_reload_failing": "gauge",
+    "bastion_api_keys_reloads": "counter",
+    "bastion_api_keys_reload_failing": "gauge",
     "bastion_audit_sink_failures": "counter",
     "bastion_policy_denials": "counter",
     "bastion_limiter_redis_up": "gauge",
@@ -54,6 +56,7 @@ def _exercise(m: Metrics) -> None:
     m.session_closed()
     m.policy_reloaded("applied")
     m.policy_reloaded("rejected")
+    m.api_keys_reloaded("applied")
     m.audit_sink_failed("redis:bastion:audit")
     m.set_limiter_redis_up(True)
     m.policy_denied("no-writes")
@@ -239,3 +242,17 @@ def test_policy_reload_failing_is_a_state_that_holds_until_the_files_load_again(
     m.policy_reloaded("rejected")
     m.policy_reloaded("applied")
     assert _scrape(m)[failing] == 0
+
+
+def test_api_keys_reload_failing_is_a_state_that_holds_until_the_key_file_loads_again() -> None:
+    m = Metrics()
+    failing = ("bastion_api_keys_reload_failing", frozenset())
+    assert _scrape(m)[failing] == 0
+    m.api_keys_reloaded("rejected")
+    assert _scrape(m)[failing] == 1
+    m.api_keys_reloaded("unchanged")  # the file reads as the table in force again
+    assert _scrape(m)[failing] == 0
+    m.api_keys_reloaded("rejected")
+    m.api_keys_reloaded("applied")
+    assert _scrape(m)[failing] == 0
+    assert _scrape(m)[("bastion_api_keys_reloads_total", frozenset({("outcome", "rejected")}))] == 2

@@ -43,6 +43,7 @@ def exported_series() -> set[str]:
     metrics.sanitize_counts({"c": 1})
     metrics.declare_upstreams(["u"])
     metrics.policy_reloaded("applied")
+    metrics.api_keys_reloaded("applied")
     metrics.audit_sink_failed("stdout")
     metrics.policy_denied("r")
     metrics.set_limiter_redis_up(True)
