@@ -138,3 +138,51 @@ async def test_a_frozen_redis_costs_a_request_at_most_the_store_timeout(private_
         # Two lookups, each bounded by the store's 0.5 s (plus scheduling slack on a loaded machine).
         assert time.monotonic() - started < 2.5
     await mine.aclose()
+
+
+class _Held(RedisSessionStore):
+    """The Redis store, with two gates standing for a slow network: a write-back of ``blocked`` waits before it is
+    sent, and a lookup's answer waits, once read, before it is returned."""
+
+    blocked: str | None = None
+    write_gate: asyncio.Event | None = None
+    answer_gate: asyncio.Event | None = None
+
+    async def create(self, data: SessionData) -> None:
+        if data.id == self.blocked and self.write_gate is not None:
+            await self.write_gate.wait()
+        await super().create(data)
+
+    async def get(self, session_id: str) -> SessionData | None:
+        data = await super().get(session_id)
+        if self.answer_gate is not None:
+            await self.answer_gate.wait()
+        return data
+
+
+async def test_a_lookup_answered_before_its_sessions_write_back_landed_keeps_the_session(
+        private_redis: RedisServer, client: aioredis.Redis) -> None:
+    """After Redis came back empty, a lookup sent after the reseed but answered "no such session" just before the
+    replay wrote that session back, and seen after, must not end it: Redis holds it again (found by a primary
+    killed under load, where a client's call was answered 404)."""
+    inner = _Held(client, idle_timeout_s=60, timeout_s=0.5)
+    mine = FallbackSessionStore(inner, idle_timeout_s=60, max_sessions=100)
+    other = RedisSessionStore(client, idle_timeout_s=60)
+    first, second = session(), session()
+    for s in (first, second):
+        await mine.create(s)
+    private_redis.kill()
+    private_redis.start()  # no persistence: both sessions are gone from Redis
+    inner.blocked, inner.write_gate = second.id, asyncio.Event()
+    assert await mine.get(first.id) == first  # notices the loss: reseeds, and the replay starts
+    await eventually(lambda: _is(other.get(first.id), first))
+    inner.answer_gate = asyncio.Event()
+    lookup = asyncio.create_task(mine.get(second.id))  # sent while the replay waits to write ``second`` back
+    await asyncio.sleep(0.2)
+    assert await other.get(second.id) is None  # so the lookup read "no such session"
+    inner.write_gate.set()
+    await eventually(lambda: _is(other.get(second.id), second))
+    inner.answer_gate.set()
+    assert await lookup == second
+    assert await mine.get(second.id) == second
+    await mine.aclose()

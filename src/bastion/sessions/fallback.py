@@ -61,6 +61,8 @@ class _Local:
     data: SessionData
     seen: float
     pending: _Pending | None = None
+    # The store's write-back count when this session's own write-back landed (0: never written back).
+    written_back: int = 0
 
 
 class FallbackSessionStore:
@@ -80,6 +82,7 @@ class FallbackSessionStore:
         self._sync: asyncio.Task[None] | None = None
         self._epoch: str | None = None
         self._reseeds = 0  # how many times Redis was found to have lost its data
+        self._write_backs = 0  # how many sessions this store has written back to Redis
         # Something awaits replay: a flag, so the per-request success path never scans the local copy.
         self._dirty = False
 
@@ -89,7 +92,7 @@ class FallbackSessionStore:
         return self._down_since is None
 
     async def get(self, session_id: str) -> SessionData | None:
-        reseeds = self._reseeds
+        reseeds, write_backs = self._reseeds, self._write_backs
         try:
             data = await self._inner.get(session_id)
         except SessionStoreUnavailable as exc:
@@ -119,9 +122,11 @@ class FallbackSessionStore:
             return None
         if local.pending != "create" and reseeds == self._reseeds and await self._redis_lost_data():
             self._reseed()
-        if local.pending == "create" or reseeds != self._reseeds:
+        if local.pending == "create" or reseeds != self._reseeds or local.written_back > write_backs:
             # Redis never had this session (created here during the outage) or lost it (a reseed happened since
-            # this lookup started, possibly already writing it back): this replica's copy stands.
+            # this lookup started, possibly already writing it back), or this "no such session" was read before
+            # the session's write-back landed (sent after a reseed, answered before the replay wrote it, seen
+            # after): this replica's copy stands.
             if local.pending == "create":
                 try:
                     await self._write_back(session_id)
@@ -248,7 +253,8 @@ class FallbackSessionStore:
 
     def _remember(self, data: SessionData, pending: _Pending | None) -> None:
         self._deleted.discard(data.id)
-        self._local[data.id] = _Local(data, self._clock(), pending)
+        previous = self._local.get(data.id)
+        self._local[data.id] = _Local(data, self._clock(), pending, previous.written_back if previous else 0)
         self._dirty = self._dirty or pending is not None
         self._local.move_to_end(data.id)
         while len(self._local) > self._max:
@@ -353,4 +359,6 @@ class FallbackSessionStore:
         current = self._local.get(session_id)
         if current is not None and current.data is data:
             current.pending = None
+            self._write_backs += 1
+            current.written_back = self._write_backs
         self._event("synced")
