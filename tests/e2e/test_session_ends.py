@@ -92,7 +92,19 @@ def gw(tmp_path: Path) -> Iterator[GatewayProcess]:
     gateway.stop()
 
 
-def test_a_principal_past_its_quota_ends_its_own_oldest_session_never_anyone_elses(gw: GatewayProcess) -> None:
+@pytest.fixture
+def roomy_gw(tmp_path: Path) -> Iterator[GatewayProcess]:
+    """As ``gw``, but no session idles out during a test: eviction, not expiry, is what ends one here (20 handshakes
+    on a loaded machine can take longer than ``gw``'s 3 s idle timeout, which would end Bob's session too)."""
+    gateway = GatewayProcess({**KEYS, "upstreams": {"basic": stdio_upstream()},
+                              "sessions": {"max_per_principal": 3, "max_sessions": 8, "idle_timeout": "10m"}},
+                             tmp_path).start()
+    yield gateway
+    gateway.stop()
+
+
+def test_a_principal_past_its_quota_ends_its_own_oldest_session_never_anyone_elses(roomy_gw: GatewayProcess) -> None:
+    gw = roomy_gw
     bob = RpcClient(gw.url, bearer(BOB))
     bob.initialize()
     first = RpcClient(gw.url, bearer(ALICE))
