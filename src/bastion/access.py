@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from bastion.principal import Principal
+from bastion.ratelimit.model import Allowance
 from bastion.tool_entry import ToolEntry
 from bastion.view import View
 
@@ -22,6 +23,12 @@ class AccessControl(Protocol):
     def prompt_visible(self, principal: Principal, upstream: str, public_name: str) -> bool: ...
 
     def resource_visible(self, principal: Principal, upstream: str, uri: str) -> bool: ...
+
+    def prompt_allowance(self, principal: Principal, upstream: str, public_name: str) -> Allowance | None:
+        """The limits the allowing rules attach to a request for this prompt; ``None`` when it is not visible."""
+
+    def resource_allowance(self, principal: Principal, upstream: str, uri: str) -> Allowance | None:
+        """As ``prompt_allowance``, for a resource URI in its canonical form."""
 
     @property
     def per_principal(self) -> bool:
@@ -41,6 +48,15 @@ class AllowAll:
 
     def resource_visible(self, principal: Principal, upstream: str, uri: str) -> bool:
         return True
+
+    def prompt_allowance(self, principal: Principal, upstream: str, public_name: str) -> Allowance | None:
+        return _NOTHING_ATTACHED
+
+    def resource_allowance(self, principal: Principal, upstream: str, uri: str) -> Allowance | None:
+        return _NOTHING_ATTACHED
+
+
+_NOTHING_ATTACHED = Allowance()
 
 
 def may_see_upstream(view: View, access: AccessControl, principal: Principal, upstream: str) -> bool:

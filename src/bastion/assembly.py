@@ -71,6 +71,7 @@ from bastion.policy.guard import PolicyAccess, PolicyHolder
 from bastion.policy.watch import PolicyWatcher
 from bastion.principal import Principal
 from bastion.ratelimit import Limiter, LimiterEvent, RateLimitConfig, build_limiter
+from bastion.ratelimit.forwarded import ForwardedLimits
 from bastion.ratelimit.redis_limiter import RedisLimiter
 from bastion.redisconn import ADMIN, RedisClients, open_client
 from bastion.refresh_gate import RefreshRequests
@@ -239,8 +240,10 @@ def build(settings: Settings) -> Components:
     for member in members:
         metrics.upstream_health(member.upstream.name, monitor.status(member.upstream.name).state)
     gateway = Gateway(settings, store=store, live=live, views=views, pool=pool, pipeline=pipeline, changes=changes,
-                      access=access, cleaner=cleaner, emit_audit=events.emit, tracing=tracing)
+                      access=access, cleaner=cleaner, emit_audit=events.emit, tracing=tracing,
+                      forwarded_limits=ForwardedLimits(limiter, limits_cfg))
     gateway.relay_dropped = metrics.relay_dropped
+    gateway.rate_limited = metrics.ratelimit_rejected
 
     auth_cfg: AuthConfig = settings.section("auth")
     keys = key_ring(auth_cfg)

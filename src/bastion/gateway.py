@@ -21,6 +21,7 @@ from bastion.delivery import DeliveryGate
 from bastion.errors import UnknownTool, UpstreamRpcError, UpstreamTimeout, UpstreamUnavailable
 from bastion.pipeline import Pipeline
 from bastion.principal import Principal
+from bastion.ratelimit.forwarded import ForwardedLimits
 from bastion.sanitize.upstream_text import UpstreamTextCleaner
 from bastion.sessions.live import LiveSessions
 from bastion.sessions.store import SessionStore
@@ -39,7 +40,7 @@ class Gateway:
                  pool: UpstreamPool, pipeline: Pipeline, changes: ChangeFeed[View], access: AccessControl | None = None,
                  cleaner: UpstreamTextCleaner | None = None,
                  emit_audit: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-                 tracing: Tracing = NO_TRACING) -> None:
+                 tracing: Tracing = NO_TRACING, forwarded_limits: ForwardedLimits | None = None) -> None:
         self.settings = settings
         self.store = store
         self.live = live
@@ -64,12 +65,18 @@ class Gateway:
         self.clean_result: Callable[[str, str, dict[str, Any]], dict[str, Any]] = \
             cleaner.clean_result if cleaner is not None else _same_notification
         self.client_request_timeout = 300.0
+        # Counts a forwarded request a limit refused (its name), in the metric refused tool calls count in
+        # (``bastion_ratelimit_rejections_total``): ``Metrics.ratelimit_rejected``.
+        self.rate_limited: Callable[[str], None] = _not_counted
         # Counts each message a client stream's queue coalesced or dropped (``bastion.backlog``): (queue, kind).
         self.relay_dropped: DropHook = _no_drop
         # Writes one audit record that is not a tool call (tools/list…): ``AuditEvents.emit``.
         self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = emit_audit or _discard
         # Spans for requests, stages and forwards (bastion.tracing).
         self.tracing = tracing
+        # The limits of the forwarded requests other than tools/call (``server/admission.py``); None: unlimited,
+        # for gateways built without a limiter (tests of other parts).
+        self.forwarded_limits = forwarded_limits
         # The id of each call (``CallContext.request_id``): 16 random hex digits.
         self.call_ids = CallIds()
 
@@ -164,6 +171,10 @@ class Gateway:
     def visible_tools(self, principal: Principal) -> list[ToolEntry]:
         return list(self.listings.listing(self.view, self.access, principal).tools)
 
+
+
+def _not_counted(limit: str) -> None:
+    return None
 
 
 def _no_drop(queue: str, kind: str) -> None:

@@ -314,3 +314,43 @@ def test_globs_that_could_never_match_a_canonical_uri_are_load_errors() -> None:
                 rules:
                   - {{id: r, effect: deny, resources: ["{glob}"]}}
             """)
+
+
+METHODS = policy("""
+    version: 1
+    rules:
+      - id: docs
+        effect: allow
+        upstreams: [docs]
+        limits:
+          - {name: every, rate: 10/minute}
+          - {name: calls, rate: 5/minute, methods: [tools/call]}
+          - {name: reads, rate: 2/minute, per: principal_tool, methods: [resources/read, prompts/get]}
+        concurrency:
+          - {name: reading, max: 1, methods: [resources/read]}
+""")
+
+
+def test_a_tool_call_decision_carries_only_the_limits_that_count_tools_call() -> None:
+    decision = METHODS.decide(ENG, tool("docs__search", "docs"), {})
+    assert [s.name for s in decision.limits] == ["every", "calls"]
+    assert decision.concurrency == ()
+
+
+def test_a_prompt_or_resource_decision_carries_every_limit_for_the_request_to_choose() -> None:
+    decision = METHODS.decide_resource(ENG, "docs", "docs://index")
+    assert [s.name for s in decision.limits] == ["every", "calls", "reads"]
+    assert decision.limits[2].methods == frozenset({"resources/read", "prompts/get"})
+    assert [c.name for c in decision.concurrency] == ["reading"]
+
+
+def test_a_rule_limit_naming_a_method_bastion_does_not_forward_is_refused_at_load() -> None:
+    with pytest.raises(ConfigError) as info:
+        policy("""
+            version: 1
+            rules:
+              - id: r
+                effect: allow
+                limits: [{name: x, rate: 1/s, methods: [tools/list]}]
+        """)
+    assert "tools/list" in info.value.message

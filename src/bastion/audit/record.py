@@ -416,6 +416,24 @@ def tools_list_record(*, at: float, shown: int, hidden: int, request_id: str | i
     return doc
 
 
+def request_refused_record(*, at: float, method: str, name: str | None, uri: str | None, upstream: str,
+                           error: BaseException, request_id: str | int | None, session: str | None,
+                           era: Era | None, principal: Principal | None,
+                           client_info: Mapping[str, Any] | None = None,
+                           traceparent: str | None = None) -> dict[str, Any]:
+    """``request.refused``: a forwarded request other than ``tools/call`` that the limiter refused, in the words
+    of a refused ``tool.call`` record (``decision``, ``outcome``, ``stage``, ``limit``, ``reason``, ``error``)."""
+    doc = _envelope("request.refused", at, request_id=request_id, session=session, era=era, principal=principal,
+                    client_info=client_info, traceparent=traceparent)
+    outcome = classify_outcome(None, error)
+    doc.update(method=_short(method), target={"name": _short_or_none(name), "uri": _short_or_none(uri),
+                                              "upstream": _short(upstream)},
+               decision=_DECISIONS[outcome], outcome=outcome, stage="ratelimit",
+               limit=_short_or_none(error.limit) if isinstance(error, RateLimited) else None,
+               reason=_error_reason(error), error=_error_summary(error))
+    return doc
+
+
 def session_record(event: Literal["session.start", "session.end"], *, at: float, session: str, era: Era | None,
                    principal: Principal | None, client_info: Mapping[str, Any] | None = None,
                    protocol_version: str | None = None, reason: str | None = None,

@@ -20,7 +20,7 @@ from bastion.policy.names import (
     compile_uri_glob,
     is_safe_name,
 )
-from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_rate
+from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_methods, parse_rate
 from bastion.units import parse_duration
 from bastion.yamlfile import YamlDoc
 
@@ -84,8 +84,9 @@ def build_rule(raw: Mapping[str, Any], path: str, doc: YamlDoc) -> Rule:
         prompts=_name_globs(raw["prompts"], f"{path}.prompts") if "prompts" in raw else None,
         resources=_uri_globs(raw["resources"], f"{path}.resources") if "resources" in raw else None,
         limits=tuple(_limit(spec, f"{path}.limits[{i}]") for i, spec in enumerate(raw.get("limits", []))),
-        concurrency=tuple(ConcurrencySpec(name=spec["name"], scope=spec.get("per", "principal"), max=spec["max"])
-                          for spec in raw.get("concurrency", [])),
+        concurrency=tuple(ConcurrencySpec(name=spec["name"], scope=spec.get("per", "principal"), max=spec["max"],
+                                          methods=_methods(spec, f"{path}.concurrency[{i}]"))
+                          for i, spec in enumerate(raw.get("concurrency", []))),
         reveal=raw.get("reveal"),
         labels=frozenset(raw["labels"]) if "labels" in raw else None,
         when=_when(raw["when"], f"{path}.when") if "when" in raw else None,
@@ -182,4 +183,10 @@ def _limit(raw: Mapping[str, Any], path: str) -> RateLimitSpec:
         rate = parse_rate(raw["rate"])
     except ConfigError as exc:
         raise ConfigError(exc.message, path=f"{path}.rate") from None
-    return RateLimitSpec(name=raw["name"], scope=raw.get("per", "principal"), rate=rate, burst=raw.get("burst"))
+    return RateLimitSpec(name=raw["name"], scope=raw.get("per", "principal"), rate=rate, burst=raw.get("burst"),
+                         methods=_methods(raw, path))
+
+
+def _methods(raw: Mapping[str, Any], path: str) -> frozenset[str] | None:
+    # The schema checked the shape; the one list of methods a limit may name is ``protocol.methods.FORWARDED``.
+    return parse_methods(raw.get("methods"), f"{path}.methods")

@@ -35,7 +35,8 @@ from bastion.policy.flow import FlowHistory, FlowSettings, LabelRule, Touch, Tou
 from bastion.policy.model import ANNOTATION_DEFAULTS, CostWeight, Decision, Kind, PrincipalMatch, Rule
 from bastion.policy.names import Glob, is_safe_name, is_safe_uri
 from bastion.principal import Principal
-from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec
+from bastion.protocol.methods import TOOLS_CALL
+from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, for_method
 from bastion.tool_entry import ToolEntry
 from bastion.uris import UriRefused, canonical_uri
 
@@ -147,8 +148,10 @@ class PolicySet:
         if not decision.allowed:
             return decision, consulted
         cost = max((c.weight for c in self.costs if _any_glob(c.tools, tool.public_name)), default=1)
+        # Only the limits that count tools/call (``methods``): chosen here, once per kept decision, not per call.
         return Decision(decision.allowed, decision.rule_id, decision.reason, decision.shadow_denies,
-                        decision.limits, decision.concurrency, cost, approval=decision.approval), consulted
+                        for_method(decision.limits, TOOLS_CALL), for_method(decision.concurrency, TOOLS_CALL),
+                        cost, approval=decision.approval), consulted
 
     def visible(self, principal: Principal, tool: ToolEntry) -> bool:
         """True iff some call to ``tool`` by ``principal`` could be allowed."""

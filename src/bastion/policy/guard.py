@@ -14,7 +14,7 @@ from bastion.call import CallContext, CallRecord
 from bastion.errors import PolicyDenied, UnknownTool
 from bastion.policy.decide import PolicySet
 from bastion.policy.flow import FlowHistory, ReadHistory, flow_audit
-from bastion.policy.model import APPROVAL
+from bastion.policy.model import APPROVAL, Decision
 from bastion.principal import Principal
 from bastion.ratelimit.model import ALLOWANCE, Allowance
 from bastion.tool_entry import ToolEntry
@@ -60,6 +60,17 @@ class PolicyAccess:
 
     def resource_visible(self, principal: Principal, upstream: str, uri: str) -> bool:
         return self._holder.current.decide_resource(principal, upstream, uri).allowed
+
+    def prompt_allowance(self, principal: Principal, upstream: str, public_name: str) -> Allowance | None:
+        return _allowance(self._holder.current.decide_prompt(principal, upstream, public_name))
+
+    def resource_allowance(self, principal: Principal, upstream: str, uri: str) -> Allowance | None:
+        return _allowance(self._holder.current.decide_resource(principal, upstream, uri))
+
+
+def _allowance(decision: Decision) -> Allowance | None:
+    # Every method's limits: the forwarded request picks those that count it (``ratelimit.forwarded``).
+    return Allowance(decision.limits, decision.concurrency) if decision.allowed else None
 
 
 class PolicyGuard:

@@ -10,12 +10,14 @@ __all__ = [
     "COMPLETE",
     "DISCOVER",
     "ELICITATION",
+    "FORWARDED",
     "HANDSHAKE_ONLY",
     "INITIALIZE",
     "INITIALIZED",
     "INPUT_CAPABILITY",
     "LISTEN",
     "LIST_CHANGES",
+    "LOCAL",
     "LOG_LEVELS",
     "LOG_MESSAGE",
     "PING",
@@ -53,6 +55,15 @@ RESOURCES_SUBSCRIBE = "resources/subscribe"
 RESOURCES_UNSUBSCRIBE = "resources/unsubscribe"
 COMPLETE = "completion/complete"
 SET_LEVEL = "logging/setLevel"
+
+# Requests bastion sends on to an upstream on the caller's behalf: each makes an upstream work, so each passes the
+# rate limits and concurrency caps (``bastion.ratelimit``), and a limit item's ``methods`` names some of them.
+# ``subscriptions/listen`` (2026-07-28) is not one itself: it subscribes upstream through ``resources/subscribe``.
+FORWARDED = (TOOLS_CALL, PROMPTS_GET, RESOURCES_READ, RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE, COMPLETE)
+# Requests bastion answers itself (from its catalogue cache, its session store or nothing at all): no upstream
+# works for them, so no limit counts them. Every method the front door serves is in exactly one of the two.
+LOCAL = frozenset({INITIALIZE, PING, DISCOVER, LISTEN, TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST,
+                   RESOURCE_TEMPLATES_LIST, SET_LEVEL})
 
 # Server to client, mid-request: what a server may ask its client for.
 SAMPLING = "sampling/createMessage"

@@ -1,4 +1,4 @@
-"""The rate-limit step of the tools/call pipeline.
+"""The rate-limit step of the tools/call pipeline (the other forwarded requests: ``ratelimit.forwarded``).
 
 Runs after the policy guard, so only authorised attempts count. Concurrency leases are taken first and rate
 buckets consumed second: a call refused for concurrency then costs no rate, and a call refused by rate gives
@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import TypeVar
 
 from bastion.call import CallContext, CallRecord
 from bastion.errors import LimiterUnavailable, RateLimited
+from bastion.protocol.methods import TOOLS_CALL
 from bastion.ratelimit.config import RateLimitConfig
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.keys import bucket_key
 from bastion.ratelimit.limiter import CapCheck, Limiter
-from bastion.ratelimit.model import ALLOWANCE, ConcurrencyScope, ConcurrencySpec, RateLimitSpec, Scope
+from bastion.ratelimit.model import ALLOWANCE, ConcurrencyScope, ConcurrencySpec, RateLimitSpec, Scope, for_method
 
 S = TypeVar("S", RateLimitSpec, ConcurrencySpec)
 
@@ -50,7 +52,10 @@ class RateLimitGuard:
 
     def __init__(self, limiter: Limiter, cfg: RateLimitConfig) -> None:
         self._limiter = limiter
-        self._cfg = cfg
+        # The defaults that count tools/call, chosen once here: a call pays nothing for limits of other methods
+        # (``methods``). The policy's are chosen where its decision is made and kept (``PolicySet.decide``).
+        self._cfg = replace(cfg, defaults=for_method(cfg.defaults, TOOLS_CALL),
+                            concurrency=for_method(cfg.concurrency, TOOLS_CALL))
 
     async def check(self, ctx: CallContext, record: CallRecord, cleanup: AsyncExitStack) -> None:
         cfg, allowance = self._cfg, record.get(ALLOWANCE)

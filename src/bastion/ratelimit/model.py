@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from bastion.call import Handoff
 from bastion.errors import ConfigError
+from bastion.protocol.methods import FORWARDED
 
 Scope = Literal["principal", "principal_tool", "upstream", "global"]
 ConcurrencyScope = Literal["principal", "upstream"]
@@ -43,12 +44,16 @@ def parse_rate(text: str) -> Rate:
 
 @dataclass(frozen=True, slots=True)
 class RateLimitSpec:
-    """A rate limit. ``burst`` is how much cost may be spent at once (defaults to ``rate.count``)."""
+    """A rate limit. ``burst`` is how much cost may be spent at once (defaults to ``rate.count``).
+
+    ``methods``: the forwarded requests it counts (``protocol.methods.FORWARDED``); ``None``, all of them.
+    """
 
     name: str
     scope: Scope
     rate: Rate
     burst: int | None = None
+    methods: frozenset[str] | None = None
 
     @property
     def effective_burst(self) -> int:
@@ -57,11 +62,22 @@ class RateLimitSpec:
 
 @dataclass(frozen=True, slots=True)
 class ConcurrencySpec:
-    """At most ``max`` calls in flight at once per ``scope`` key."""
+    """At most ``max`` requests in flight at once per ``scope`` key; ``methods`` as for ``RateLimitSpec``."""
 
     name: str
     scope: ConcurrencyScope
     max: int
+    methods: frozenset[str] | None = None
+
+
+Spec = TypeVar("Spec", RateLimitSpec, ConcurrencySpec)
+
+
+def for_method(specs: tuple[Spec, ...], method: str) -> tuple[Spec, ...]:
+    """The specs that count ``method``: ``specs`` itself when all do (the common case, nothing is copied)."""
+    if all(s.methods is None or method in s.methods for s in specs):
+        return specs
+    return tuple(s for s in specs if s.methods is None or method in s.methods)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +118,22 @@ def _positive_int(value: Any, path: str) -> int:
     return value
 
 
+def parse_methods(value: Any, path: str) -> frozenset[str] | None:
+    """A limit item's ``methods``: a non-empty list of forwarded request methods; absent, all of them."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"methods must be a non-empty list of {', '.join(FORWARDED)}", path=path)
+    for i, method in enumerate(value):
+        if method not in FORWARDED:
+            raise ConfigError(f"methods: {method!r} is not a request bastion forwards; expected one of "
+                              f"{', '.join(FORWARDED)}", path=f"{path}[{i}]")
+    return frozenset(value)
+
+
 def parse_limit(data: Any, path: str) -> RateLimitSpec:
-    """One ``{name, rate, burst?, per}`` item, as written in the gateway config and in policy rules."""
-    item = _item(data, path, frozenset({"name", "rate", "burst", "per"}))
+    """One ``{name, rate, burst?, per, methods?}`` item, as written in the gateway config and in policy rules."""
+    item = _item(data, path, frozenset({"name", "rate", "burst", "per", "methods"}))
     rate_text = item.get("rate")
     if not isinstance(rate_text, str):
         raise ConfigError("rate is required, e.g. '60/minute'", path=f"{path}.rate")
@@ -116,16 +145,18 @@ def parse_limit(data: Any, path: str) -> RateLimitSpec:
     per = item.get("per", "principal")
     if per not in _SCOPES:
         raise ConfigError(f"per must be one of {', '.join(_SCOPES)}, got {per!r}", path=f"{path}.per")
-    return RateLimitSpec(name=item["name"], scope=per, rate=rate, burst=burst)
+    return RateLimitSpec(name=item["name"], scope=per, rate=rate, burst=burst,
+                         methods=parse_methods(item.get("methods"), f"{path}.methods"))
 
 
 def parse_concurrency(data: Any, path: str) -> ConcurrencySpec:
-    """One ``{name, max, per}`` item, as written in the gateway config and in policy rules."""
-    item = _item(data, path, frozenset({"name", "max", "per"}))
+    """One ``{name, max, per, methods?}`` item, as written in the gateway config and in policy rules."""
+    item = _item(data, path, frozenset({"name", "max", "per", "methods"}))
     if "max" not in item:
         raise ConfigError("max is required", path=f"{path}.max")
     maximum = _positive_int(item["max"], f"{path}.max")
     per = item.get("per", "principal")
     if per not in _CONCURRENCY_SCOPES:
         raise ConfigError(f"per must be one of {', '.join(_CONCURRENCY_SCOPES)}, got {per!r}", path=f"{path}.per")
-    return ConcurrencySpec(name=item["name"], scope=per, max=maximum)
+    return ConcurrencySpec(name=item["name"], scope=per, max=maximum,
+                           methods=parse_methods(item.get("methods"), f"{path}.methods"))

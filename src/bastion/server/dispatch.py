@@ -43,6 +43,8 @@ from bastion.protocol.messages import (
     SubscribeParams,
 )
 from bastion.protocol.versions import HANDSHAKE_VERSIONS, LATEST_HANDSHAKE, SUPPORTED_VERSIONS
+from bastion.ratelimit.forwarded import Target
+from bastion.server.admission import Admission
 from bastion.server.eras import is_input_required
 from bastion.server.listen import Listeners
 from bastion.server.relay import asker, relay
@@ -84,7 +86,10 @@ class Dispatcher:
         # The 2026-07-28 listen streams of this replica; here because resource subscriptions are shared between
         # them and the sessions' resources/subscribe (Resources counts both before unsubscribing upstream).
         self.listeners = Listeners(gateway.delivery, gateway.settings.sessions.max_per_principal)
-        self.resources = Resources(gateway, self.rounds.upstream_is_modern, self.listeners.wanted_resources)
+        # Every request forwarded for a caller, other than tools/call (its pipeline has its own step), passes it.
+        self.admission = Admission(gateway, gateway.forwarded_limits)
+        self.resources = Resources(gateway, self.admission, self.rounds.upstream_is_modern,
+                                   self.listeners.wanted_resources)
         self._handlers: dict[str, Handler] = {
             m.PING: self._ping,
             m.TOOLS_LIST: self._tools_list,
@@ -100,6 +105,11 @@ class Dispatcher:
             m.SET_LEVEL: self._set_level,
             m.DISCOVER: self._discover,
         }
+
+    @property
+    def methods(self) -> frozenset[str]:
+        """Every method this table answers, in one era or the other."""
+        return frozenset(self._handlers)
 
     def knows(self, method: str, era: Era) -> bool:
         if era == "modern":
@@ -118,9 +128,10 @@ class Dispatcher:
                              tracestate=scope.tracestate, attributes=_span_attributes(scope, msg.id)):
             return await handler(scope, msg.params, msg.id)
 
-    async def listen_resources(self, scope: Scope, uris: Iterable[str]) -> frozenset[str]:
+    async def listen_resources(self, scope: Scope, uris: Iterable[str],
+                               rid: RequestId | None = None) -> frozenset[str]:
         """Subscribe upstream to the resources a listen request names (``Resources.listen``)."""
-        return await self.resources.listen(scope, uris)
+        return await self.resources.listen(scope, uris, rid)
 
     async def release_resources(self, uris: Iterable[str], still_wanted: set[str]) -> None:
         """Unsubscribe upstream from resources nobody on this replica wants any more (``Resources.release``)."""
@@ -278,14 +289,18 @@ class Dispatcher:
     async def _prompts_get(self, scope: Scope, params: GetPromptParams, rid: RequestId | None) -> dict[str, Any]:
         name = params.get("name")
         entry = self.gw.view.catalogue.prompt(name) if isinstance(name, str) else None
-        if entry is None or not self.gw.access.prompt_visible(scope.principal, entry.upstream, entry.public_name):
+        allowance = self.gw.access.prompt_allowance(scope.principal, entry.upstream, entry.public_name) \
+            if entry is not None else None
+        if entry is None or allowance is None:
             raise InvalidParams(f"Unknown prompt: {name}")
         trip = self.rounds.open(scope, m.PROMPTS_GET, entry.public_name, params, entry.upstream)
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
         fwd["name"] = entry.original_name
         meta = jsonrpc.obj(params.get("_meta"))
-        result = await self.rounds.forward(scope, entry.upstream, m.PROMPTS_GET, fwd, meta, params, trip,
-                                           relay(self.gw, scope, entry.upstream, meta.get("progressToken")))
+        async with self.admission.held(scope, m.PROMPTS_GET, Target.prompt(entry.public_name, entry.upstream),
+                                       allowance, rid=rid, traceparent=self._traceparent(scope, meta)):
+            result = await self.rounds.forward(scope, entry.upstream, m.PROMPTS_GET, fwd, meta, params, trip,
+                                               relay(self.gw, scope, entry.upstream, meta.get("progressToken")))
         if is_input_required(result):
             return self.rounds.input_required(scope, m.PROMPTS_GET, entry.public_name, params, entry.upstream,
                                               result)
@@ -319,13 +334,15 @@ class Dispatcher:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise InvalidParams("resources/read requires a string 'uri'")
-        upstream, original, _ = self.resources.route_visible(scope, uri)
+        routed = self.resources.route_visible(scope, uri)
+        upstream = routed.upstream
         trip = self.rounds.open(scope, m.RESOURCES_READ, uri, params, upstream)
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
-        fwd["uri"] = original
+        fwd["uri"] = routed.original
         meta = jsonrpc.obj(params.get("_meta"))
-        result = await self.rounds.forward(scope, upstream, m.RESOURCES_READ, fwd, meta, params, trip,
-                                           relay(self.gw, scope, upstream, meta.get("progressToken")))
+        async with self.resources.held(scope, m.RESOURCES_READ, routed, rid, self._traceparent(scope, meta)):
+            result = await self.rounds.forward(scope, upstream, m.RESOURCES_READ, fwd, meta, params, trip,
+                                               relay(self.gw, scope, upstream, meta.get("progressToken")))
         if is_input_required(result):
             return self.rounds.input_required(scope, m.RESOURCES_READ, uri, params, upstream, result)
         result = self.gw.clean_result(upstream, m.RESOURCES_READ, result)
@@ -333,10 +350,10 @@ class Dispatcher:
         return self._cache_hints(scope, result)
 
     async def _subscribe(self, scope: Scope, params: SubscribeParams, rid: RequestId | None) -> dict[str, Any]:
-        return await self.resources.subscribe(scope, params)
+        return await self.resources.subscribe(scope, params, rid)
 
     async def _unsubscribe(self, scope: Scope, params: SubscribeParams, rid: RequestId | None) -> dict[str, Any]:
-        return await self.resources.unsubscribe(scope, params)
+        return await self.resources.unsubscribe(scope, params, rid)
 
     # -- completion -----------------------------------------------------------------------------------------
 
@@ -348,27 +365,34 @@ class Dispatcher:
         if ref.get("type") == "ref/prompt":
             name = ref.get("name")
             entry = self.gw.view.catalogue.prompt(name) if isinstance(name, str) else None
-            if entry is None or not self.gw.access.prompt_visible(scope.principal, entry.upstream,
-                                                                  entry.public_name):
+            allowance = self.gw.access.prompt_allowance(scope.principal, entry.upstream, entry.public_name) \
+                if entry is not None else None
+            if entry is None or allowance is None:
                 raise InvalidParams(f"Unknown prompt: {name}")
             upstream, upstream_ref = entry.upstream, {**ref, "name": entry.original_name}
+            target, public = Target.prompt(entry.public_name, upstream), None
         elif ref.get("type") == "ref/resource":
             uri = ref.get("uri")
             # Judged and forwarded in canonical form, like every resource URI (``bastion.uris``).
             canonical = try_canonical(uri) if isinstance(uri, str) else None
             routed = cat.route_uri(self.gw.view.catalogue, canonical, self.gw.unprefixed) \
                 if canonical is not None else None
-            if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], canonical or ""):
+            allowance = self.gw.access.resource_allowance(scope.principal, routed[0], canonical or "") \
+                if routed is not None else None
+            if routed is None or allowance is None:
                 raise InvalidParams(f"Unknown resource template: {uri}")
             upstream, upstream_ref = routed[0], {**ref, "uri": routed[1]}
+            target, public = Target.resources(upstream), canonical
         else:
             raise ProtocolError(INVALID_PARAMS, "ref.type must be ref/prompt or ref/resource")
         # The client's own envelope and round fields stay here, as for every other method (``Rounds``).
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
         fwd["ref"] = upstream_ref
         meta = jsonrpc.obj(params.get("_meta"))
-        result = await self.rounds.forward_once(scope, upstream, m.COMPLETE, fwd, meta,
-                                                relay(self.gw, scope, upstream, meta.get("progressToken")))
+        async with self.admission.held(scope, m.COMPLETE, target, allowance, rid=rid, uri=public,
+                                       traceparent=self._traceparent(scope, meta)):
+            result = await self.rounds.forward_once(scope, upstream, m.COMPLETE, fwd, meta,
+                                                    relay(self.gw, scope, upstream, meta.get("progressToken")))
         return self.gw.clean_result(upstream, m.COMPLETE, result)
 
 

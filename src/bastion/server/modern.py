@@ -138,7 +138,7 @@ class ModernDoor:
             raise HttpError(406, "Not Acceptable: subscriptions/listen answers with text/event-stream")
         assert msg.id is not None
         wanted = ListenFilter.from_params(cast(ListenParams, msg.params))
-        resources = await self.dispatcher.listen_resources(scope, wanted.resources)
+        resources = await self.dispatcher.listen_resources(scope, wanted.resources, msg.id)
         stream = Stream(msg.id, scope.principal, ListenFilter(lists=wanted.lists, resources=resources))
         standing = self.standing(scope.principal, request, "modern", None)
         for ended in self.listeners.open(stream):

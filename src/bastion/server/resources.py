@@ -25,31 +25,47 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, NamedTuple
 
 from bastion import catalogue as cat
 from bastion.errors import InvalidParams, ProtocolError
 from bastion.gateway import Gateway
+from bastion.jsonrpc import RequestId
 from bastion.protocol.messages import SubscribeParams
 from bastion.protocol.methods import RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE
+from bastion.ratelimit.forwarded import Target
+from bastion.ratelimit.model import Allowance
+from bastion.server.admission import Admission
 from bastion.server.relay import relay
 from bastion.server.scope import Scope
 from bastion.uris import UriRefused, canonical_uri
 
-__all__ = ["Resources", "map_result_uris", "public_contents"]
+__all__ = ["Resources", "Routed", "map_result_uris", "public_contents"]
+
+
+class Routed(NamedTuple):
+    """A resource URI a caller may see: its upstream, the URI the upstream knows (canonical), the canonical public
+    URI, and the limits the policy attaches to requests for it."""
+
+    upstream: str
+    original: str
+    public: str
+    allowance: Allowance
 
 
 class Resources:
-    def __init__(self, gateway: Gateway, upstream_is_modern: Callable[[str], bool],
+    def __init__(self, gateway: Gateway, admission: Admission, upstream_is_modern: Callable[[str], bool],
                  listened: Callable[[], set[str]] = set) -> None:
         self.gw = gateway
+        self._admission = admission
         self._upstream_is_modern = upstream_is_modern
         # The public URIs this replica's open listen streams (2026-07-28) hold upstream subscriptions for.
         self._listened = listened
 
-    def route_visible(self, scope: Scope, uri: object) -> tuple[str, str, str]:
-        """(upstream, original URI, canonical public URI) of a URI this caller may see; else "not found", whichever
-        it was. The original URI is canonical too: forward it, and the upstream acts on what was judged."""
+    def route_visible(self, scope: Scope, uri: object) -> Routed:
+        """Where a URI this caller may see goes (``Routed``); else "not found", whichever it was. The original URI
+        is canonical too: forward it, and the upstream acts on what was judged."""
         if not isinstance(uri, str):
             raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
         try:
@@ -57,46 +73,60 @@ class Resources:
         except UriRefused as exc:
             raise InvalidParams(f"Invalid resource URI: it has {exc.reason}", data={"uri": uri}) from None
         routed = cat.route_uri(self.gw.view.catalogue, public, self.gw.unprefixed)
-        if routed is None or not self.gw.access.resource_visible(scope.principal, routed[0], public):
+        allowance = self.gw.access.resource_allowance(scope.principal, routed[0], public) \
+            if routed is not None else None
+        if routed is None or allowance is None:
             raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
-        return routed[0], routed[1], public
+        return Routed(routed[0], routed[1], public, allowance)
 
-    async def subscribe(self, scope: Scope, params: SubscribeParams) -> dict[str, Any]:
-        upstream, original, public = self.route_visible(scope, params.get("uri"))
-        await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original},
-                              on_message=relay(self.gw, scope, upstream, None))
+    def held(self, scope: Scope, method: str, routed: Routed, rid: RequestId | None,
+             traceparent: str | None = None) -> AbstractAsyncContextManager[None]:
+        """The limiter's admission of one request for ``routed`` (``server/admission.py``)."""
+        return self._admission.held(scope, method, Target.resources(routed.upstream), routed.allowance, rid=rid,
+                                    uri=routed.public, traceparent=traceparent)
+
+    async def subscribe(self, scope: Scope, params: SubscribeParams, rid: RequestId | None) -> dict[str, Any]:
+        routed = self.route_visible(scope, params.get("uri"))
+        async with self.held(scope, RESOURCES_SUBSCRIBE, routed, rid):
+            await self.gw.forward(routed.upstream, RESOURCES_SUBSCRIBE, {"uri": routed.original},
+                                  on_message=relay(self.gw, scope, routed.upstream, None))
         if scope.live is not None:
-            scope.live.subscriptions.add(public)
+            scope.live.subscriptions.add(routed.public)
         return {}
 
-    async def unsubscribe(self, scope: Scope, params: SubscribeParams) -> dict[str, Any]:
-        upstream, original, public = self.route_visible(scope, params.get("uri"))
-        if scope.live is not None:
-            scope.live.subscriptions.discard(public)
-        # Other sessions of this replica, or its listen streams, may still want updates for the same resource.
-        if not self._wanted_here(public):
-            await self.gw.forward(upstream, RESOURCES_UNSUBSCRIBE, {"uri": original},
-                                  on_message=relay(self.gw, scope, upstream, None))
+    async def unsubscribe(self, scope: Scope, params: SubscribeParams, rid: RequestId | None) -> dict[str, Any]:
+        routed = self.route_visible(scope, params.get("uri"))
+        # Counted whether or not it then reaches the upstream (as a tool call counts whatever happens to it), and
+        # before anything changes: a refused unsubscribe leaves the subscription as it was, for the retry.
+        async with self.held(scope, RESOURCES_UNSUBSCRIBE, routed, rid):
+            if scope.live is not None:
+                scope.live.subscriptions.discard(routed.public)
+            # Other sessions of this replica, or its listen streams, may still want updates for the same resource.
+            if not self._wanted_here(routed.public):
+                await self.gw.forward(routed.upstream, RESOURCES_UNSUBSCRIBE, {"uri": routed.original},
+                                      on_message=relay(self.gw, scope, routed.upstream, None))
         return {}
 
-    async def listen(self, scope: Scope, uris: Iterable[str]) -> frozenset[str]:
+    async def listen(self, scope: Scope, uris: Iterable[str], rid: RequestId | None = None) -> frozenset[str]:
         """Subscribe upstream to the resources a listen request names; the ones that worked are honoured, under
         their canonical public URIs.
 
         Only handshake-era upstreams can be subscribed to (``resources/subscribe``): bastion's own listen
-        stream to a modern upstream carries list changes only, so their resources are not honoured.
+        stream to a modern upstream carries list changes only, so their resources are not honoured. Each
+        subscription it sends passes the limits as a ``resources/subscribe`` would; one refused is not honoured.
         """
         honoured: set[str] = set()
         for uri in sorted(uris):
             try:
-                upstream, original, public = self.route_visible(scope, uri)
-                if self._upstream_is_modern(upstream):
+                routed = self.route_visible(scope, uri)
+                if self._upstream_is_modern(routed.upstream):
                     continue
-                await self.gw.forward(upstream, RESOURCES_SUBSCRIBE, {"uri": original},
-                                      on_message=relay(self.gw, scope, upstream, None))
+                async with self.held(scope, RESOURCES_SUBSCRIBE, routed, rid):
+                    await self.gw.forward(routed.upstream, RESOURCES_SUBSCRIBE, {"uri": routed.original},
+                                          on_message=relay(self.gw, scope, routed.upstream, None))
             except ProtocolError:
                 continue
-            honoured.add(public)
+            honoured.add(routed.public)
         return frozenset(honoured)
 
     async def release(self, uris: Iterable[str], still_wanted: set[str]) -> None:
