@@ -131,6 +131,30 @@ def test_cancelling_each_call_does_not_run_more_than_the_cap_upstream(gw: Gatewa
     assert "Traceback" not in gw.stderr()
 
 
+def test_a_cancelled_prompt_keeps_its_slot_until_the_upstream_is_done(gw: GatewayProcess) -> None:
+    """The cap holds every forwarded request, and a prompts/get abandoned by its client like a tool call."""
+    client = RpcClient(gw.url)
+    try:
+        client.initialize()
+        first = threading.Thread(target=lambda: client.post({
+            "jsonrpc": "2.0", "id": 201, "method": "prompts/get",
+            "params": {"name": "stub__stubborn", "arguments": {"seconds": "3", "tag": "prompt-1"}}}))
+        first.start()
+        wait_for(lambda: any(n.get("start") == "prompt-1" for n in notes(gw, "stub")))
+        client.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 201}})
+        first.join(10)
+        # Cancelled, and still running upstream: a tool call of the same principal is refused meanwhile.
+        answer = client.call("stub__echo", {"message": "hi"})
+        assert answer.get("error", {}).get("code") == -31001, answer
+        assert answer["error"]["data"]["kind"] == "concurrency"
+        echo_until_admitted(client)
+        assert any(n.get("end") == "prompt-1" for n in notes(gw, "stub"))
+    finally:
+        client.close()
+    never_two_at_once(gw)
+    assert "Traceback" not in gw.stderr()
+
+
 def test_bastions_own_timeout_keeps_the_slot_for_the_grace_period(gw: GatewayProcess) -> None:
     client = RpcClient(gw.url)
     try:
