@@ -182,11 +182,6 @@ async def test_a_closed_limiter_without_redis_refuses_with_limiter_unavailable(p
         await dead.aclose()
 
 
-async def test_tools_call_is_not_admitted_here() -> None:
-    with pytest.raises(ValueError):
-        await admit(ForwardedLimits(MemoryLimiter(), RateLimitConfig()), m.TOOLS_CALL)
-
-
 async def test_a_tool_call_is_not_counted_by_a_limit_of_other_methods() -> None:
     cfg = RateLimitConfig(defaults=(spec("prompts-only", rate="1/hour", methods=["prompts/get"]),
                                     RateLimitSpec("calls", "principal", Rate(2, 3600.0),

@@ -15,7 +15,6 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import Literal, NamedTuple
 
-from bastion.protocol.methods import FORWARDED, TOOLS_CALL
 from bastion.ratelimit.config import RateLimitConfig
 from bastion.ratelimit.gcra import RateCheck
 from bastion.ratelimit.guard import merge_by_name
@@ -67,17 +66,11 @@ class ForwardedLimits:
         self._defaults = cfg.defaults
         self._caps = cfg.concurrency
 
-    @property
-    def limiter(self) -> Limiter:
-        return self._limiter
-
     async def admit(self, method: str, principal: str, target: Target, allowance: Allowance,
                     cleanup: AsyncExitStack) -> bool:
         """Take the request's leases (held on ``cleanup`` until its work ends) and charge its rates; raise
         ``RateLimited`` or ``LimiterUnavailable`` as a tool call would. True when Redis could not count it and
         ``failure_mode`` is open (the request goes through uncounted)."""
-        if method not in FORWARDED or method == TOOLS_CALL:
-            raise ValueError(f"{method} is not a forwarded request other than tools/call")
         if not (self._defaults or self._caps or allowance.limits or allowance.concurrency):
             return False
         rates, caps = request_checks(self._defaults, self._caps, method, principal, target, allowance)

@@ -24,7 +24,7 @@ from bastion.ratelimit.forwarded import ForwardedLimits, Target
 from bastion.ratelimit.model import Allowance
 from bastion.server.scope import Scope
 
-__all__ = ["Admission", "Target"]
+__all__ = ["Admission"]
 
 
 class Admission:
