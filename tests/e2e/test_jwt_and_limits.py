@@ -102,7 +102,7 @@ def test_two_replicas_sharing_redis_allow_exactly_the_limit(limited_pair: list[G
         clients.append(c)
 
     def call(i: int) -> dict[str, Any]:
-        c = RpcClient(limited_pair[i % 2].url)
+        c = RpcClient(limited_pair[i % 2].url, first_id=100 + i)  # concurrent in one session: ids apart
         c.session_id = clients[i % 2].session_id
         try:
             return c.call("basic__echo", {"message": str(i)})

@@ -28,12 +28,15 @@ def parse_body(response: httpx.Response) -> list[dict[str, Any]]:
 
 
 class RpcClient:
-    def __init__(self, url: str, headers: dict[str, str] | None = None, version: str = "2025-11-25") -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None, version: str = "2025-11-25", *,
+                 first_id: int = 1) -> None:
+        """``first_id``: where this client's request ids start; clients sharing one session at once need ids
+        apart (a session's requests in flight must not share an id)."""
         self.url = url
         self.headers = {"Accept": ACCEPT, **(headers or {})}
         self.version = version
         self.session_id: str | None = None
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)
         self.http = httpx.Client(timeout=30.0)
 
     def close(self) -> None:
