@@ -84,7 +84,7 @@ async def test_the_front_doors_headers_are_not_scanned_again_for_an_absent_crede
         assert (await authenticator.authenticate(headers)).id == "alice"
 
 
-@pytest.mark.parametrize("first", [ALICE_KEY, BOB_KEY])
+@pytest.mark.parametrize("first", [ALICE_KEY, BOB_KEY], ids=["alice-first", "bob-first"])
 async def test_a_credential_header_presented_twice_is_refused_whichever_comes_first(
         authenticator: Authenticator, first: str) -> None:
     """Off the front door (the admin API and console pass starlette's headers), two copies of a credential header
