@@ -2,7 +2,7 @@
 
 A caller held to N requests an hour must not make an upstream do unbounded work through ``resources/read``,
 ``prompts/get``, ``completion/complete`` or ``resources/subscribe``: a flood of those is refused at the limit with
-the same ``-31001`` as a tool call, in both eras, audited (``request.refused``) and counted in the same metric; a
+the same ``-31001`` as a tool call, in both eras, audited (``request`` records) and counted in the same metric; a
 concurrency cap bounds them too, across methods. Real gateway, real fixture upstream (stdio), both limiter
 backends (in memory, and a real Redis). Each test has a principal of its own, so budgets never cross tests.
 """
@@ -95,7 +95,7 @@ def assert_rate_limited(answer: dict[str, Any], limit: str = "per-caller") -> No
 
 
 def refusals(gw: GatewayProcess, principal: str) -> list[dict[str, Any]]:
-    return [r for r in gw.records("request.refused") if r["principal"]["id"] == principal]
+    return [r for r in gw.records("request") if r["principal"]["id"] == principal and r["stage"] == "ratelimit"]
 
 
 def rejections(gw: GatewayProcess, limit: str) -> float:
@@ -114,12 +114,12 @@ def test_a_resources_read_flood_is_refused_at_the_limit_whatever_the_uri(limited
     assert all("result" in a for a in answers[:BUDGET]), answers[:BUDGET]
     for answer in answers[BUDGET:]:
         assert_rate_limited(answer)
-    records = limited.wait_records("request.refused", 4)
-    mine = [r for r in records if r["principal"]["id"] == "reader"]
+    mine = refusals(limited, "reader")
     assert len(mine) == 4
     assert {(r["method"], r["outcome"], r["decision"], r["stage"], r["limit"]) for r in mine} == \
         {("resources/read", "rate_limited", "deny", "ratelimit", "per-caller")}
-    assert mine[0]["target"] == {"name": None, "uri": f"basic+memo://notes/{BUDGET}", "upstream": "basic"}
+    assert mine[0]["target"] == {"name": None, "uri": f"basic+memo://notes/{BUDGET}", "upstream": "basic",
+                                 "original": f"memo://notes/{BUDGET}"}
     assert mine[0]["error"]["code"] == -31001
     assert rejections(limited, "per-caller") - before == 4
 
@@ -223,7 +223,7 @@ def test_a_concurrency_cap_holds_a_prompt_and_a_read_to_one_at_a_time(capped: Ga
     assert refused["error"]["data"] == {"limit": "inflight", "retryAfter": 1000, "kind": "concurrency"}
     # The prompt's slot is given back with its answer.
     assert "result" in read(c, "basic+memo://readme")
-    records = [r for r in capped.records("request.refused") if r["principal"]["id"] == "waiter"]
+    records = refusals(capped, "waiter")
     assert records and records[-1]["limit"] == "inflight" and records[-1]["method"] == "resources/read"
 
 

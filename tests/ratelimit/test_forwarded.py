@@ -113,7 +113,7 @@ def test_the_policy_and_audit_schemas_name_exactly_the_forwarded_methods() -> No
     walk(policy)
     assert found == [list(m.FORWARDED), list(m.FORWARDED)]
     audit = json.loads(resources.files("bastion.audit").joinpath("schema.json").read_text())
-    assert audit["$defs"]["request_refused"]["properties"]["method"]["enum"] == list(OTHERS)
+    assert audit["$defs"]["request"]["properties"]["method"]["enum"] == list(OTHERS)
 
 
 async def admit(limits: ForwardedLimits, method: str, target: Target = NOTES,

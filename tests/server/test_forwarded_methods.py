@@ -64,7 +64,7 @@ async def test_each_forwarded_method_is_held_to_its_own_limit(door: FrontDoor, m
     second = await rpc(door, headers, 2, method, REQUESTS[method])
     assert second["error"]["code"] == -31001, second
     assert second["error"]["data"]["limit"] == limit_name(method)
-    event = "tool.call" if method == m.TOOLS_CALL else "request.refused"
+    event = "tool.call" if method == m.TOOLS_CALL else "request"
     refused = [r for r in door.records(event) if r.get("limit") == limit_name(method)]
     assert len(refused) == 1 and refused[0]["outcome"] == "rate_limited" and refused[0]["request_id"] == 2
     if method != m.TOOLS_CALL:
@@ -85,4 +85,4 @@ async def test_a_modern_prompts_get_is_held_to_the_same_limit(door: FrontDoor) -
     answers = [await rpc(door, headers, rid, m.PROMPTS_GET, params) for rid in (10, 11)]
     assert answers[-1]["error"]["code"] == -31001, answers
     assert answers[-1]["error"]["data"]["limit"] == limit_name(m.PROMPTS_GET)
-    assert [r["era"] for r in door.records("request.refused") if r["request_id"] == 11] == ["modern"]
+    assert [r["era"] for r in door.records("request") if r["request_id"] == 11] == ["modern"]

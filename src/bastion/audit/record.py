@@ -21,7 +21,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import orjson
 
@@ -43,10 +43,12 @@ from bastion.strictjson import MAX_SAFE_INTEGER, printable
 from bastion.tracing.traceparent import parse_traceparent
 
 __all__ = [
+    "REQUEST_STAGES",
     "SCHEMA_VERSION",
     "AuthFailureReason",
     "Decision",
     "Outcome",
+    "RequestTarget",
     "arguments_digest",
     "as_outcome",
     "auth_failure_record",
@@ -62,6 +64,8 @@ __all__ = [
     "pin_drift_record",
     "policy_reload_record",
     "record_stage",
+    "request_outcome",
+    "request_record",
     "rfc3339",
     "session_record",
     "tools_list_record",
@@ -416,22 +420,68 @@ def tools_list_record(*, at: float, shown: int, hidden: int, request_id: str | i
     return doc
 
 
-def request_refused_record(*, at: float, method: str, name: str | None, uri: str | None, upstream: str,
-                           error: BaseException, request_id: str | int | None, session: str | None,
-                           era: Era | None, principal: Principal | None,
-                           client_info: Mapping[str, Any] | None = None,
-                           traceparent: str | None = None) -> dict[str, Any]:
-    """``request.refused``: a forwarded request other than ``tools/call`` that the limiter refused, in the words
-    of a refused ``tool.call`` record (``decision``, ``outcome``, ``stage``, ``limit``, ``reason``, ``error``)."""
-    doc = _envelope("request.refused", at, request_id=request_id, session=session, era=era, principal=principal,
+class RequestTarget(NamedTuple):
+    """What a forwarded request other than ``tools/call`` was for: the prompt's public name (a completion's too),
+    the resource's public URI (a template's, for a completion), the upstream and the upstream's own name or URI.
+    ``upstream`` and ``original`` are ``None`` while (or because) the target was not resolved."""
+
+    name: str | None = None
+    uri: str | None = None
+    upstream: str | None = None
+    original: str | None = None
+
+
+# Where a forwarded request other than ``tools/call`` ended, in order: its params were unreadable; its target was
+# unknown or hidden; the limiter refused it; the upstream failed it; it completed.
+REQUEST_STAGES = ("parse", "resolve", "ratelimit", "forward", "complete")
+
+
+def request_outcome(stage: str, error: BaseException | None) -> Outcome:
+    """What a ``request`` record's outcome is: a ``tool.call``'s word for the same end. A refusal that names no
+    outcome of its own is ``invalid_input`` at ``parse`` and ``denied`` at ``resolve`` (unknown or hidden)."""
+    out = classify_outcome(None, error)
+    if out == "error" and isinstance(error, RequestError):
+        if stage == "parse":
+            return "invalid_input"
+        if stage == "resolve":
+            return "denied"
+    return out
+
+
+def request_record(*, at: float, method: str, target: RequestTarget, stage: str, total_ms: float,
+                   upstream_ms: float | None, error: BaseException | None, result: Mapping[str, Any] | None,
+                   reason: str | None, request_id: str | int | None, session: str | None, era: Era | None,
+                   principal: Principal | None, client_info: Mapping[str, Any] | None = None,
+                   traceparent: str | None = None) -> dict[str, Any]:
+    """``request``: how one forwarded request other than ``tools/call`` ended, whatever the end, in the words of a
+    ``tool.call`` record (``decision``, ``outcome``, ``stage``, ``limit``, ``reason``, ``error``, ``latency_ms``);
+    ``result`` says how much went back (never what)."""
+    doc = _envelope("request", at, request_id=request_id, session=session, era=era, principal=principal,
                     client_info=client_info, traceparent=traceparent)
-    outcome = classify_outcome(None, error)
-    doc.update(method=_short(method), target={"name": _short_or_none(name), "uri": _short_or_none(uri),
-                                              "upstream": _short(upstream)},
-               decision=_DECISIONS[outcome], outcome=outcome, stage="ratelimit",
+    outcome = request_outcome(stage, error)
+    doc.update(method=_short(method),
+               target={"name": _short_or_none(target.name), "uri": _short_or_none(target.uri),
+                       "upstream": _short_or_none(target.upstream), "original": _short_or_none(target.original)},
+               decision=_DECISIONS[outcome], outcome=outcome, stage=_short(stage, 64),
                limit=_short_or_none(error.limit) if isinstance(error, RateLimited) else None,
-               reason=_error_reason(error), error=_error_summary(error))
+               reason=_short_or_none(reason, _MAX_STRING) if reason is not None else _error_reason(error),
+               error=_error_summary(error),
+               result=None if error is not None or result is None else _request_result_summary(result),
+               latency_ms=_latency(total_ms, upstream_ms))
     return doc
+
+
+def _request_result_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """``{items, bytes, digest}`` of what went back: the contents read, the prompt's messages or the completion's
+    values counted, and the size and SHA-256 of the result's canonical JSON (one encoding), so a read can be
+    matched against a copy of the resource without the record holding it."""
+    items: Any = result.get("contents", result.get("messages"))
+    completion = result.get("completion")
+    if items is None and isinstance(completion, Mapping):
+        items = completion.get("values")
+    encoded = canonical_json(result)
+    return {"items": len(items) if isinstance(items, list) else 0, "bytes": len(encoded),
+            "digest": "sha256:" + hashlib.sha256(encoded).hexdigest()}
 
 
 def session_record(event: Literal["session.start", "session.end"], *, at: float, session: str, era: Era | None,

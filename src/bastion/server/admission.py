@@ -4,8 +4,8 @@
 request subscribes to) and ``completion/complete`` enter the upstream only inside ``Admission.held``: the request's
 concurrency leases are held for as long as its body runs (and past it, for an upstream request it abandoned:
 ``bastion.holdover``), its rates are charged once however many rounds it takes. A refusal is the one a tool call
-gets (``-31001``/``-31004``, the same limiter metric), and its ``request.refused`` audit record is written before
-the client is answered, as a refused call's ``tool.call`` is.
+gets (``-31001``/``-31004``, the same limiter metric); the request's ``request`` audit record, refused or not, is
+written around this by ``server/request_audit.py``, before the client is answered.
 
 ``tools/call`` keeps its own step in the call pipeline (``ratelimit.guard``), which this mirrors.
 """
@@ -16,12 +16,11 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from bastion.audit.record import request_refused_record
-from bastion.errors import LimiterUnavailable, RateLimited
+from bastion.errors import RateLimited
 from bastion.gateway import Gateway
-from bastion.jsonrpc import RequestId
 from bastion.ratelimit.forwarded import ForwardedLimits, Target
 from bastion.ratelimit.model import Allowance
+from bastion.server.request_audit import RequestFacts
 from bastion.server.scope import Scope
 
 __all__ = ["Admission"]
@@ -34,26 +33,21 @@ class Admission:
         self._limits = limits
 
     @asynccontextmanager
-    async def held(self, scope: Scope, method: str, target: Target, allowance: Allowance, *,
-                   rid: RequestId | None, uri: str | None = None,
-                   traceparent: str | None = None) -> AsyncIterator[None]:
-        """Admit one request of ``scope``'s caller to ``target`` (``uri``: the public URI, for the record), or
-        raise the limiter's refusal after auditing it."""
-        if self._limits is None:
-            yield
-            return
+    async def held(self, scope: Scope, method: str, target: Target, allowance: Allowance,
+                   facts: RequestFacts) -> AsyncIterator[None]:
+        """Admit one request of ``scope``'s caller to ``target``, or raise the limiter's refusal; ``facts`` learns how
+        far the request got (its ``request`` record is written by ``RequestAudit``, around this)."""
+        facts.stage = "ratelimit"
         async with AsyncExitStack() as cleanup:
-            try:
-                await self._limits.admit(method, scope.principal.id, target, allowance, cleanup)
-            except (RateLimited, LimiterUnavailable) as exc:
-                if isinstance(exc, RateLimited):
+            if self._limits is not None:
+                try:
+                    await self._limits.admit(method, scope.principal.id, target, allowance, cleanup)
+                except RateLimited as exc:
                     self.gw.rate_limited(exc.limit)
-                await self.gw.emit_audit(request_refused_record(
-                    at=time.time(), method=method, name=target.name if target.kind == "prompt" else None, uri=uri,
-                    upstream=target.upstream, error=exc, request_id=rid,
-                    session=scope.session.id if scope.session is not None else None, era=scope.era,
-                    principal=scope.principal, client_info=scope.client_info,
-                    traceparent=traceparent if traceparent is not None else scope.traceparent))
-                raise
-            yield
-
+                    raise
+            facts.stage = "forward"
+            started = time.perf_counter()
+            try:
+                yield
+            finally:
+                facts.upstream_ms = (time.perf_counter() - started) * 1000

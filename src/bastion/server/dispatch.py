@@ -40,7 +40,6 @@ from bastion.protocol.messages import (
     ReadResourceParams,
     RequestParams,
     SetLevelParams,
-    SubscribeParams,
 )
 from bastion.protocol.versions import HANDSHAKE_VERSIONS, LATEST_HANDSHAKE, SUPPORTED_VERSIONS
 from bastion.ratelimit.forwarded import Target
@@ -48,6 +47,7 @@ from bastion.server.admission import Admission
 from bastion.server.eras import is_input_required
 from bastion.server.listen import Listeners
 from bastion.server.relay import asker, relay
+from bastion.server.request_audit import RequestAudit, RequestFacts
 from bastion.server.resources import Resources, map_result_uris, public_contents
 from bastion.server.rounds import Rounds, approval_question, approval_round
 from bastion.server.scope import Scope
@@ -65,6 +65,8 @@ MODERN_ONLY = frozenset({m.DISCOVER})
 # A handler gets the message's params object as the TypedDict of its method: every field optional and typed
 # ``object`` (see ``bastion.protocol.messages``), so the view claims nothing the handler does not then check.
 Handler = Callable[[Scope, Any, RequestId | None], Awaitable[dict[str, Any]]]
+# A forwarded method other than tools/call: it tells ``RequestFacts`` what it learns, for its audit record.
+Audited = Callable[[Scope, Any, RequestFacts], Awaitable[dict[str, Any]]]
 
 
 def server_capabilities() -> dict[str, Any]:
@@ -88,20 +90,22 @@ class Dispatcher:
         self.listeners = Listeners(gateway.delivery, gateway.settings.sessions.max_per_principal)
         # Every request forwarded for a caller, other than tools/call (its pipeline has its own step), passes it.
         self.admission = Admission(gateway, gateway.forwarded_limits)
-        self.resources = Resources(gateway, self.admission, self.rounds.upstream_is_modern,
+        # ... and gets its one ``request`` audit record, whatever its end.
+        self.trail = RequestAudit(gateway)
+        self.resources = Resources(gateway, self.admission, self.trail, self.rounds.upstream_is_modern,
                                    self.listeners.wanted_resources)
         self._handlers: dict[str, Handler] = {
             m.PING: self._ping,
             m.TOOLS_LIST: self._tools_list,
             m.TOOLS_CALL: self._tools_call,
             m.PROMPTS_LIST: self._prompts_list,
-            m.PROMPTS_GET: self._prompts_get,
+            m.PROMPTS_GET: self._audited(m.PROMPTS_GET, self._prompts_get),
             m.RESOURCES_LIST: self._resources_list,
             m.RESOURCE_TEMPLATES_LIST: self._templates_list,
-            m.RESOURCES_READ: self._resources_read,
-            m.COMPLETE: self._complete,
-            m.RESOURCES_SUBSCRIBE: self._subscribe,
-            m.RESOURCES_UNSUBSCRIBE: self._unsubscribe,
+            m.RESOURCES_READ: self._audited(m.RESOURCES_READ, self._resources_read),
+            m.COMPLETE: self._audited(m.COMPLETE, self._complete),
+            m.RESOURCES_SUBSCRIBE: self._audited(m.RESOURCES_SUBSCRIBE, self.resources.subscribe),
+            m.RESOURCES_UNSUBSCRIBE: self._audited(m.RESOURCES_UNSUBSCRIBE, self.resources.unsubscribe),
             m.SET_LEVEL: self._set_level,
             m.DISCOVER: self._discover,
         }
@@ -136,6 +140,14 @@ class Dispatcher:
     async def release_resources(self, uris: Iterable[str], still_wanted: set[str]) -> None:
         """Unsubscribe upstream from resources nobody on this replica wants any more (``Resources.release``)."""
         await self.resources.release(uris, still_wanted)
+
+    def _audited(self, method: str, body: Audited) -> Handler:
+        """``body`` run by ``RequestAudit``: one ``request`` record per request, written before the answer."""
+        async def handler(scope: Scope, params: Any, rid: RequestId | None) -> dict[str, Any]:
+            traceparent = self._traceparent(scope, jsonrpc.obj(params.get("_meta")))
+            return await self.trail.run(scope, method, rid, traceparent,
+                                        lambda facts: body(scope, params, facts))
+        return handler
 
     def _traceparent(self, scope: Scope, meta: Mapping[str, Any]) -> str | None:
         """The trace context an audit record joins: bastion's own span when tracing is on, else the client's."""
@@ -286,19 +298,22 @@ class Dispatcher:
             result["nextCursor"] = nxt
         return self._cache_hints(scope, result)
 
-    async def _prompts_get(self, scope: Scope, params: GetPromptParams, rid: RequestId | None) -> dict[str, Any]:
+    async def _prompts_get(self, scope: Scope, params: GetPromptParams, facts: RequestFacts) -> dict[str, Any]:
         name = params.get("name")
+        facts.asked(name=name if isinstance(name, str) else None)
         entry = self.gw.view.catalogue.prompt(name) if isinstance(name, str) else None
         allowance = self.gw.access.prompt_allowance(scope.principal, entry.upstream, entry.public_name) \
             if entry is not None else None
         if entry is None or allowance is None:
+            facts.reason = "unknown prompt" if entry is None else "prompt not visible to the caller"
             raise InvalidParams(f"Unknown prompt: {name}")
+        facts.resolved(entry.upstream, entry.original_name, name=entry.public_name)
         trip = self.rounds.open(scope, m.PROMPTS_GET, entry.public_name, params, entry.upstream)
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
         fwd["name"] = entry.original_name
         meta = jsonrpc.obj(params.get("_meta"))
         async with self.admission.held(scope, m.PROMPTS_GET, Target.prompt(entry.public_name, entry.upstream),
-                                       allowance, rid=rid, traceparent=self._traceparent(scope, meta)):
+                                       allowance, facts):
             result = await self.rounds.forward(scope, entry.upstream, m.PROMPTS_GET, fwd, meta, params, trip,
                                                relay(self.gw, scope, entry.upstream, meta.get("progressToken")))
         if is_input_required(result):
@@ -330,17 +345,17 @@ class Dispatcher:
         return self._cache_hints(scope, result)
 
     async def _resources_read(self, scope: Scope, params: ReadResourceParams,
-                              rid: RequestId | None) -> dict[str, Any]:
+                              facts: RequestFacts) -> dict[str, Any]:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise InvalidParams("resources/read requires a string 'uri'")
-        routed = self.resources.route_visible(scope, uri)
+        routed = self.resources.route_visible(scope, uri, facts)
         upstream = routed.upstream
         trip = self.rounds.open(scope, m.RESOURCES_READ, uri, params, upstream)
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
         fwd["uri"] = routed.original
         meta = jsonrpc.obj(params.get("_meta"))
-        async with self.resources.held(scope, m.RESOURCES_READ, routed, rid, self._traceparent(scope, meta)):
+        async with self.resources.held(scope, m.RESOURCES_READ, routed, facts):
             result = await self.rounds.forward(scope, upstream, m.RESOURCES_READ, fwd, meta, params, trip,
                                                relay(self.gw, scope, upstream, meta.get("progressToken")))
         if is_input_required(result):
@@ -349,48 +364,48 @@ class Dispatcher:
         public_contents(result, self.gw.upstream_of(upstream).prefix)
         return self._cache_hints(scope, result)
 
-    async def _subscribe(self, scope: Scope, params: SubscribeParams, rid: RequestId | None) -> dict[str, Any]:
-        return await self.resources.subscribe(scope, params, rid)
-
-    async def _unsubscribe(self, scope: Scope, params: SubscribeParams, rid: RequestId | None) -> dict[str, Any]:
-        return await self.resources.unsubscribe(scope, params, rid)
-
     # -- completion -----------------------------------------------------------------------------------------
 
-    async def _complete(self, scope: Scope, params: CompleteParams, rid: RequestId | None) -> dict[str, Any]:
+    async def _complete(self, scope: Scope, params: CompleteParams, facts: RequestFacts) -> dict[str, Any]:
         raw_ref = params.get("ref")
         if not isinstance(raw_ref, dict):
             raise InvalidParams("completion/complete requires a 'ref' object")
         ref = cast(CompletionRef, raw_ref)
         if ref.get("type") == "ref/prompt":
             name = ref.get("name")
+            facts.asked(name=name if isinstance(name, str) else None)
             entry = self.gw.view.catalogue.prompt(name) if isinstance(name, str) else None
             allowance = self.gw.access.prompt_allowance(scope.principal, entry.upstream, entry.public_name) \
                 if entry is not None else None
             if entry is None or allowance is None:
+                facts.reason = "unknown prompt" if entry is None else "prompt not visible to the caller"
                 raise InvalidParams(f"Unknown prompt: {name}")
+            facts.resolved(entry.upstream, entry.original_name, name=entry.public_name)
             upstream, upstream_ref = entry.upstream, {**ref, "name": entry.original_name}
-            target, public = Target.prompt(entry.public_name, upstream), None
+            target = Target.prompt(entry.public_name, upstream)
         elif ref.get("type") == "ref/resource":
             uri = ref.get("uri")
             # Judged and forwarded in canonical form, like every resource URI (``bastion.uris``).
             canonical = try_canonical(uri) if isinstance(uri, str) else None
+            facts.asked(uri=canonical if canonical is not None else uri if isinstance(uri, str) else None)
             routed = cat.route_uri(self.gw.view.catalogue, canonical, self.gw.unprefixed) \
                 if canonical is not None else None
             allowance = self.gw.access.resource_allowance(scope.principal, routed[0], canonical or "") \
                 if routed is not None else None
             if routed is None or allowance is None:
+                facts.reason = "unknown resource template" if routed is None else \
+                    "resource template not visible to the caller"
                 raise InvalidParams(f"Unknown resource template: {uri}")
+            facts.resolved(routed[0], routed[1], uri=canonical)
             upstream, upstream_ref = routed[0], {**ref, "uri": routed[1]}
-            target, public = Target.resources(upstream), canonical
+            target = Target.resources(upstream)
         else:
             raise ProtocolError(INVALID_PARAMS, "ref.type must be ref/prompt or ref/resource")
         # The client's own envelope and round fields stay here, as for every other method (``Rounds``).
         fwd = {k: v for k, v in params.items() if k not in ROUND_FIELDS}
         fwd["ref"] = upstream_ref
         meta = jsonrpc.obj(params.get("_meta"))
-        async with self.admission.held(scope, m.COMPLETE, target, allowance, rid=rid, uri=public,
-                                       traceparent=self._traceparent(scope, meta)):
+        async with self.admission.held(scope, m.COMPLETE, target, allowance, facts):
             result = await self.rounds.forward_once(scope, upstream, m.COMPLETE, fwd, meta,
                                                     relay(self.gw, scope, upstream, meta.get("progressToken")))
         return self.gw.clean_result(upstream, m.COMPLETE, result)

@@ -24,6 +24,7 @@ Kept apart from the method table (``server/dispatch.py``) because the listen str
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, NamedTuple
@@ -38,6 +39,7 @@ from bastion.ratelimit.forwarded import Target
 from bastion.ratelimit.model import Allowance
 from bastion.server.admission import Admission
 from bastion.server.relay import relay
+from bastion.server.request_audit import RequestAudit, RequestFacts
 from bastion.server.scope import Scope
 from bastion.uris import UriRefused, canonical_uri
 
@@ -55,50 +57,60 @@ class Routed(NamedTuple):
 
 
 class Resources:
-    def __init__(self, gateway: Gateway, admission: Admission, upstream_is_modern: Callable[[str], bool],
-                 listened: Callable[[], set[str]] = set) -> None:
+    def __init__(self, gateway: Gateway, admission: Admission, trail: RequestAudit,
+                 upstream_is_modern: Callable[[str], bool], listened: Callable[[], set[str]] = set) -> None:
         self.gw = gateway
         self._admission = admission
+        self._trail = trail
         self._upstream_is_modern = upstream_is_modern
         # The public URIs this replica's open listen streams (2026-07-28) hold upstream subscriptions for.
         self._listened = listened
 
-    def route_visible(self, scope: Scope, uri: object) -> Routed:
+    def route_visible(self, scope: Scope, uri: object, facts: RequestFacts | None = None) -> Routed:
         """Where a URI this caller may see goes (``Routed``); else "not found", whichever it was. The original URI
-        is canonical too: forward it, and the upstream acts on what was judged."""
+        is canonical too: forward it, and the upstream acts on what was judged. ``facts``, when given, learns what
+        was asked and, for the audit record only, whether a refused URI was unknown or hidden."""
         if not isinstance(uri, str):
             raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
         try:
             public = canonical_uri(uri)
         except UriRefused as exc:
+            if facts is not None:
+                facts.asked(uri=uri)
+                facts.stage = "parse"
             raise InvalidParams(f"Invalid resource URI: it has {exc.reason}", data={"uri": uri}) from None
+        if facts is not None:
+            facts.asked(uri=public)
         routed = cat.route_uri(self.gw.view.catalogue, public, self.gw.unprefixed)
         allowance = self.gw.access.resource_allowance(scope.principal, routed[0], public) \
             if routed is not None else None
         if routed is None or allowance is None:
+            if facts is not None:
+                facts.reason = "unknown resource" if routed is None else "resource not visible to the caller"
             raise InvalidParams(f"Resource not found: {uri}", data={"uri": uri})
+        if facts is not None:
+            facts.resolved(routed[0], routed[1], uri=public)
         return Routed(routed[0], routed[1], public, allowance)
 
-    def held(self, scope: Scope, method: str, routed: Routed, rid: RequestId | None,
-             traceparent: str | None = None) -> AbstractAsyncContextManager[None]:
+    def held(self, scope: Scope, method: str, routed: Routed,
+             facts: RequestFacts) -> AbstractAsyncContextManager[None]:
         """The limiter's admission of one request for ``routed`` (``server/admission.py``)."""
-        return self._admission.held(scope, method, Target.resources(routed.upstream), routed.allowance, rid=rid,
-                                    uri=routed.public, traceparent=traceparent)
+        return self._admission.held(scope, method, Target.resources(routed.upstream), routed.allowance, facts)
 
-    async def subscribe(self, scope: Scope, params: SubscribeParams, rid: RequestId | None) -> dict[str, Any]:
-        routed = self.route_visible(scope, params.get("uri"))
-        async with self.held(scope, RESOURCES_SUBSCRIBE, routed, rid):
+    async def subscribe(self, scope: Scope, params: SubscribeParams, facts: RequestFacts) -> dict[str, Any]:
+        routed = self.route_visible(scope, params.get("uri"), facts)
+        async with self.held(scope, RESOURCES_SUBSCRIBE, routed, facts):
             await self.gw.forward(routed.upstream, RESOURCES_SUBSCRIBE, {"uri": routed.original},
                                   on_message=relay(self.gw, scope, routed.upstream, None))
         if scope.live is not None:
             scope.live.subscriptions.add(routed.public)
         return {}
 
-    async def unsubscribe(self, scope: Scope, params: SubscribeParams, rid: RequestId | None) -> dict[str, Any]:
-        routed = self.route_visible(scope, params.get("uri"))
+    async def unsubscribe(self, scope: Scope, params: SubscribeParams, facts: RequestFacts) -> dict[str, Any]:
+        routed = self.route_visible(scope, params.get("uri"), facts)
         # Counted whether or not it then reaches the upstream (as a tool call counts whatever happens to it), and
         # before anything changes: a refused unsubscribe leaves the subscription as it was, for the retry.
-        async with self.held(scope, RESOURCES_UNSUBSCRIBE, routed, rid):
+        async with self.held(scope, RESOURCES_UNSUBSCRIBE, routed, facts):
             if scope.live is not None:
                 scope.live.subscriptions.discard(routed.public)
             # Other sessions of this replica, or its listen streams, may still want updates for the same resource.
@@ -118,16 +130,26 @@ class Resources:
         honoured: set[str] = set()
         for uri in sorted(uris):
             try:
-                routed = self.route_visible(scope, uri)
-                if self._upstream_is_modern(routed.upstream):
-                    continue
-                async with self.held(scope, RESOURCES_SUBSCRIBE, routed, rid):
-                    await self.gw.forward(routed.upstream, RESOURCES_SUBSCRIBE, {"uri": routed.original},
-                                          on_message=relay(self.gw, scope, routed.upstream, None))
+                public = await self._trail.run(scope, RESOURCES_SUBSCRIBE, rid, None,
+                                               functools.partial(self._listen_one, scope, uri))
             except ProtocolError:
                 continue
-            honoured.add(routed.public)
+            if public is not None:
+                honoured.add(public)
         return frozenset(honoured)
+
+    async def _listen_one(self, scope: Scope, uri: str, facts: RequestFacts) -> str | None:
+        """Subscribe upstream to one resource of a listen request (its public URI, honoured): its own ``request``
+        record, with the listen request's id. ``None``, and no record, for a resource on an upstream that cannot be
+        subscribed to (nothing was forwarded)."""
+        routed = self.route_visible(scope, uri, facts)
+        if self._upstream_is_modern(routed.upstream):
+            facts.recorded = False
+            return None
+        async with self.held(scope, RESOURCES_SUBSCRIBE, routed, facts):
+            await self.gw.forward(routed.upstream, RESOURCES_SUBSCRIBE, {"uri": routed.original},
+                                  on_message=relay(self.gw, scope, routed.upstream, None))
+        return routed.public
 
     async def release(self, uris: Iterable[str], still_wanted: set[str]) -> None:
         """Unsubscribe upstream from resources nobody on this replica listens to any more (best effort)."""
