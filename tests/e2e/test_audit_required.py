@@ -124,3 +124,23 @@ def test_batch_items_keep_their_ids_when_the_audit_fails(tmp_path: Path) -> None
         client.close()
         gw.stop()
         server.stop()
+
+
+def test_a_forwarded_request_whose_record_cannot_be_written_is_refused(tmp_path: Path) -> None:
+    """A prompt or a resource read whose ``request`` record a required sink could not write is answered with
+    -31005, never with its result; the sink that worked holds the record, written before the answer."""
+    gw = GatewayProcess({"auth": "none", "upstreams": {"basic": stdio_upstream()},
+                         "audit": {"sinks": ["stdout", {"file": "/dev/full"}], "required": True}}, tmp_path).start()
+    try:
+        requests = [("prompts/get", {"name": "basic__greet", "arguments": {"language": "french"}}, "basic__greet"),
+                    ("resources/read", {"uri": "basic+memo://readme"}, "basic+memo://readme")]
+        for rid, (method, params, name) in enumerate(requests, start=50):
+            body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": {**params, "_meta": MODERN}}
+            answer = parse_body(_post(gw.url, orjson.dumps(body), {
+                "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Mcp-Name": name}))[-1]
+            assert (answer["id"], answer["error"]["code"]) == (rid, AUDIT_UNAVAILABLE), answer
+            assert "result" not in answer
+            records = [r for r in gw.records("request") if r["request_id"] == rid]
+            assert len(records) == 1 and records[0]["outcome"] == "allowed", records
+    finally:
+        gw.stop()

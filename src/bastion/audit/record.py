@@ -437,14 +437,14 @@ REQUEST_STAGES = ("parse", "resolve", "ratelimit", "forward", "complete")
 
 
 def request_outcome(stage: str, error: BaseException | None) -> Outcome:
-    """What a ``request`` record's outcome is: a ``tool.call``'s word for the same end. A refusal that names no
-    outcome of its own is ``invalid_input`` at ``parse`` and ``denied`` at ``resolve`` (unknown or hidden)."""
+    """What a ``request`` record's outcome is: a ``tool.call``'s word for the same end. A refusal at ``parse`` is
+    ``invalid_input``, as for a call; one at ``resolve`` that names no outcome of its own is ``denied`` (unknown
+    or hidden)."""
     out = classify_outcome(None, error)
-    if out == "error" and isinstance(error, RequestError):
-        if stage == "parse":
-            return "invalid_input"
-        if stage == "resolve":
-            return "denied"
+    if stage == "parse" and isinstance(error, RequestError) and out != "audit_unavailable":
+        return "invalid_input"  # refused with its request, as a tools/call refused there is
+    if out == "error" and stage == "resolve" and isinstance(error, RequestError):
+        return "denied"
     return out
 
 

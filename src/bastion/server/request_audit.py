@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,9 +24,15 @@ from bastion.audit.record import RequestTarget, request_record
 from bastion.errors import AuditUnavailable
 from bastion.gateway import Gateway
 from bastion.jsonrpc import RequestId
+from bastion.principal import Principal
+from bastion.protocol.meta import PROTOCOL_VERSION_KEY
+from bastion.protocol.methods import FORWARDED, TOOLS_CALL
 from bastion.server.scope import Scope
 
-__all__ = ["RequestAudit", "RequestFacts"]
+__all__ = ["AUDITED", "RequestAudit", "RequestFacts", "refused_record"]
+
+# The requests that get a ``request`` record: every forwarded one but tools/call, which has its own.
+AUDITED = frozenset(FORWARDED) - {TOOLS_CALL}
 
 log = structlog.get_logger("bastion.audit")
 
@@ -95,3 +101,23 @@ class RequestAudit:
             session=scope.session.id if scope.session is not None else None, era=scope.era,
             principal=scope.principal, client_info=scope.client_info,
             traceparent=traceparent if traceparent is not None else scope.traceparent))
+
+
+def refused_record(principal: Principal, method: str, params: Mapping[str, Any], rid: RequestId | None,
+                   error: BaseException, scope: Scope | None = None) -> dict[str, Any]:
+    """The ``request`` record of a request the front door refused before the dispatcher saw it (its envelope or
+    headers, its session, its body, an id already in flight): stage ``parse``, the target as the caller named it.
+    Without the request's verified ``scope``, the era is read from the body and the session is not recorded."""
+    ref = params.get("ref")
+    named = ref if isinstance(ref, Mapping) else params
+    name, uri = named.get("name"), named.get("uri")
+    meta = params.get("_meta")
+    return request_record(
+        at=time.time(), method=method,
+        target=RequestTarget(name=name if isinstance(name, str) else None, uri=uri if isinstance(uri, str) else None),
+        stage="parse", total_ms=0.0, upstream_ms=None, error=error, result=None, reason=None, request_id=rid,
+        session=scope.session.id if scope is not None and scope.session is not None else None,
+        era=scope.era if scope is not None else
+        "modern" if isinstance(meta, Mapping) and PROTOCOL_VERSION_KEY in meta else "legacy",
+        principal=principal, client_info=scope.client_info if scope is not None else None,
+        traceparent=scope.traceparent if scope is not None else None)

@@ -30,6 +30,7 @@ from bastion.server.dispatch import SERVER_INFO, Dispatcher
 from bastion.server.emitter import Emitter, NullEmitter, Outbox, StreamEmitter
 from bastion.server.eras import for_handshake_era, for_modern
 from bastion.server.protocol import deliver, on_lost
+from bastion.server.request_audit import AUDITED, refused_record
 from bastion.server.scope import Scope
 from bastion.sessions.live import InflightCall, LiveSession
 from bastion.sse import encode_event
@@ -155,6 +156,11 @@ class Responder:
                     reason=error.message, error=error, traceparent=scope.traceparent)
             except ProtocolError as failed:  # the record could not be written under ``audit.required``
                 error = failed
+        elif msg.method in AUDITED:
+            try:
+                await self.gw.emit_audit(refused_record(scope.principal, msg.method, msg.params, msg.id, error, scope))
+            except ProtocolError as failed:
+                error = failed
         return Answer.error(msg.id, error, 200)
 
     def emitter(self, era: str, msg: jsonrpc.Message, live: LiveSession | None, sse_ok: bool) -> Emitter:
@@ -197,7 +203,11 @@ class Responder:
         """A tools/call the front door refused after reading it and before the dispatcher saw it (the envelope or
         headers its revision refuses, a missing, unknown or foreign session) is still a call: it gets its one
         audit record, at stage ``parse``. Every answer from the dispatcher on is recorded there instead. Its era
-        is read from the body, its session is not recorded (not verified)."""
+        is read from the body, its session is not recorded (not verified). Another forwarded request gets its
+        ``request`` record the same way."""
+        if msg.kind == "request" and msg.method in AUDITED:
+            await self.gw.emit_audit(refused_record(principal, msg.method, msg.params, msg.id, exc))
+            return
         if msg.kind != "request" or msg.method != TOOLS_CALL:
             return
         name = msg.params.get("name")
@@ -210,10 +220,16 @@ class Responder:
     async def audit_rejected(self, principal: Principal, body: Any, exc: MessageRejected, *,
                              cut: bool = False) -> None:
         """A tools/call the parser refused (arguments too deep, unrepresentable values) is still a call: it gets
-        its one audit record. Its era is read from the body; its session is not recorded (not yet verified)."""
-        if not isinstance(body, dict) or body.get("method") != TOOLS_CALL or "id" not in body:
+        its one audit record. Its era is read from the body; its session is not recorded (not yet verified).
+        Another forwarded request gets its ``request`` record the same way."""
+        if not isinstance(body, dict) or "id" not in body:
             return
         params = jsonrpc.obj(body.get("params"))
+        if body.get("method") in AUDITED:
+            await self.gw.emit_audit(refused_record(principal, body["method"], params, exc.request_id, exc))
+            return
+        if body.get("method") != TOOLS_CALL:
+            return
         meta = jsonrpc.obj(params.get("_meta"))
         name = params.get("name")
         await self.gw.audit_refused_call(
