@@ -193,6 +193,11 @@ def test_a_listen_request_honours_only_the_subscriptions_its_budget_allows(limit
     assert len(refused) == 2
     assert {(r["method"], r["era"], r["request_id"]) for r in refused} == \
         {("resources/subscribe", "modern", "listen-1")}
+    # Each subscription is a forwarded request of its own: the honoured ones are recorded too, one each.
+    mine = [r for r in limited.records("request") if r["principal"]["id"] == "listener"]
+    assert sorted((r["target"]["uri"], r["outcome"]) for r in mine) == \
+        sorted((uri, "allowed" if i < BUDGET else "rate_limited") for i, uri in enumerate(uris))
+    assert {(r["method"], r["request_id"]) for r in mine} == {("resources/subscribe", "listen-1")}
 
 
 def while_slow_runs(slow: Any, probe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
