@@ -62,3 +62,10 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read file") as info:
         load_yaml_file(tmp_path / "absent.yaml")
     assert info.value.source == str(tmp_path / "absent.yaml")
+
+
+def test_yaml_nested_too_deeply_is_a_config_error() -> None:
+    # The composer recurses per level: without this, a RecursionError escaped every loader (and stopped the
+    # policy watcher for good).
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_yaml_text("rules: " + "[" * 20000 + "]" * 20000 + "\n", "p.yaml")

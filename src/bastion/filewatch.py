@@ -17,6 +17,12 @@ what was read: reading the content in force again ends it, however the error cam
 
 What is watched is a ``Source``: how to stat, read and build it, and the log lines its outcomes write. The watcher
 owns only the when.
+
+A watcher never stops watching while its task runs. Revoking an API key or tightening the policy relies on the
+next good version being applied, so a source that fails in a way it did not foresee (a ``ValueError`` from bytes that
+are not UTF-8, a ``RecursionError`` from YAML nested thousands deep) is a version that does not load like any other:
+reported once, with the value in force kept and the error shown, and the next good version applied. Had it ended
+the polling loop, every later edit would be ignored in silence while the status still read ``ok``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
+
+import structlog
 
 from bastion.errors import ConfigError
 
@@ -111,6 +119,8 @@ class Applied(Generic[T]):
 
 Outcome = Applied[T] | Failed | Recovered[T] | None
 
+log = structlog.get_logger("bastion.filewatch")
+
 
 class FileWatcher(Generic[T, R]):
     """Watch ``source`` and call ``on_reload`` with every new valid value, ``on_failure`` with the error of every
@@ -134,6 +144,8 @@ class FileWatcher(Generic[T, R]):
         # Set by ``request_reload``: the running loop's next poll reads at once and decides without a second look.
         self._asked = False
         self._wake = asyncio.Event()
+        # The unforeseen failure whose traceback was last logged (``_unforeseen``).
+        self._traced: str | None = None
         self._state: _State[T] = _State(initial, now_iso() if initial is not None else None, None, None,
                                         _Seen(source.version(initial)) if initial is not None else None)
 
@@ -154,7 +166,11 @@ class FileWatcher(Generic[T, R]):
         """Poll until cancelled. File reads and building run in a worker thread; the callbacks in the loop."""
         while True:
             asked, self._asked = self._asked, False
-            self.report(await asyncio.to_thread(self._poll, settle=not asked, force=asked))
+            try:
+                self.report(await asyncio.to_thread(self._poll, settle=not asked, force=asked))
+            except Exception:
+                # A defect in a callback or a log hook: the next poll runs all the same (see the module's docstring).
+                log.exception("filewatch.poll_failed")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval):
                     await self._wake.wait()
@@ -208,6 +224,8 @@ class FileWatcher(Generic[T, R]):
             value = self._source.build(content[0])
         except ConfigError as exc:
             return self._failed(str(exc))
+        except Exception as exc:
+            return self._failed(self._unforeseen(exc, "building"))
         current = state.value
         if current is not None and self._source.version(current) == self._source.version(value):
             # Back to what is in force (a broken edit undone, a missing file back): nothing to swap; the error is over.
@@ -231,7 +249,20 @@ class FileWatcher(Generic[T, R]):
         except ConfigError as exc:
             # Compared like a content: the same failure on the next look is a state, not a moment.
             return _Seen(None, str(exc)), None, None
+        except Exception as exc:
+            return _Seen(None, self._unforeseen(exc, "reading")), None, None
+        self._traced = None
         return _Seen(version), (content,), fingerprint
+
+    def _unforeseen(self, exc: Exception, doing: str) -> str:
+        """The error of a failure the source did not turn into a ``ConfigError``: its class only (its message may
+        quote what was read). Its traceback is logged once while it lasts (the files are looked at every second),
+        for whoever fixes the source."""
+        message = f"the files could not be loaded ({type(exc).__name__} while {doing} them)"
+        if message != self._traced:
+            self._traced = message
+            log.error("filewatch.unforeseen_error", doing=doing, error=type(exc).__name__, exc_info=exc)
+        return message
 
     def _failed(self, message: str) -> Outcome[T]:
         if message == self._state.error:

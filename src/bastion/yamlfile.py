@@ -77,12 +77,15 @@ def load_yaml_text(text: str, source: str, *, aliases: bool = False) -> YamlDoc:
     """Parse ``text`` strictly (see the module's docstring); ``aliases`` allows anchors and aliases."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is None:
+            return YamlDoc(None, source)
+        walk = _Walk(source, aliases)
+        data = walk.node(root, "")
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {_problem(exc)}", source=source, line=_line(exc)) from None
-    if root is None:
-        return YamlDoc(None, source)
-    walk = _Walk(source, aliases)
-    data = walk.node(root, "")
+    except RecursionError:
+        # The composer and the walk recurse per level: thousands of nested brackets exhaust the stack.
+        raise ConfigError("invalid YAML: nested too deeply", source=source) from None
     return YamlDoc(data, source, walk.lines, walk.words)
 
 

@@ -122,6 +122,26 @@ async def test_a_broken_file_keeps_the_table_in_force_and_its_end_is_reported(tm
 
 
 @pytest.mark.parametrize(("written", "error"), [
+    (b"api_keys: []\n# caf\xc3", "keys file is not valid UTF-8"),  # cut inside a character, or not text at all
+    (b"api_keys: " + b"[" * 20000 + b"]" * 20000, "keys file is nested too deeply to be a list of key entries"),
+])
+async def test_a_file_no_loader_foresaw_is_rejected_and_the_next_good_one_applied(
+        tmp_path: Path, http: httpx.AsyncClient, written: bytes, error: str) -> None:
+    # Both used to escape the loader as ValueError / RecursionError and end the watcher's task: the file was never
+    # read again, so no later revocation took effect, and the status still said ok.
+    write(tmp_path / "keys.yaml", entry("alice", ALICE), entry("bob", BOB))
+    gw = Gateway(config(tmp_path), http)
+    (tmp_path / "keys.yaml").write_bytes(written)
+    gw.polls(2)
+    assert gw.events == [("failure", f"{tmp_path / 'keys.yaml'}: {error}")]
+    assert gw.watcher.status["ok"] is False
+    write(tmp_path / "keys.yaml", entry("bob", BOB))
+    gw.polls(2)
+    assert gw.events[-1] == ("reload", 1)
+    assert await gw.who(ALICE) is None
+
+
+@pytest.mark.parametrize(("written", "error"), [
     ([entry("alice", CAROL)], "API key id 'alice' is also in auth.api_keys of the config file"),
     ([entry("carol", ALICE)], "API key 'carol' has the same hash as an entry in auth.api_keys of the config file"),
     ([entry("bob", BOB), entry("bob", CAROL)], "duplicate API key id 'bob'"),

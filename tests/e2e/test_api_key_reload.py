@@ -63,10 +63,13 @@ class Secret:
         return self.root / "keys.yaml"
 
     def swap(self, text: str) -> None:
+        self.swap_bytes(text.encode())
+
+    def swap_bytes(self, data: bytes) -> None:
         self._n += 1
         version = self.root / f"..{self._n}"
         version.mkdir()
-        (version / "keys.yaml").write_text(text)
+        (version / "keys.yaml").write_bytes(data)
         tmp = self.root / "..data_tmp"
         tmp.symlink_to(version.name)
         os.replace(tmp, self.root / "..data")
@@ -199,6 +202,22 @@ def test_a_broken_key_file_keeps_the_table_in_force_until_it_is_fixed(gw: Gatewa
     assert modern_call(gw.url, CAROL, "basic__echo").status_code == 200
     assert key_status(gw) == {"ok": True, "loaded_at": key_status(gw)["loaded_at"], "error": None}
     assert failing_gauge(gw) == 0
+
+
+def test_a_key_file_that_is_not_text_is_rejected_and_later_removals_still_apply(gw: GatewayProcess,
+                                                                               secret: Secret) -> None:
+    # A write cut inside a UTF-8 character: the loader's UnicodeDecodeError used to end the watcher for good, so
+    # the removal below was never applied (alice kept getting in) while /readyz said the key file was fine.
+    good = yaml.safe_dump({"api_keys": [entry("alice", ALICE, ["eng"]), entry("bob", BOB, ["eng"])]})
+    secret.swap_bytes(good.encode() + b"# caf\xc3")
+    until(lambda: reloads(gw, "rejected"), "the broken file was never reported")
+    [rejected] = reloads(gw, "rejected")
+    assert rejected["error"] == f"{secret.file}: keys file is not valid UTF-8"
+    assert key_status(gw)["ok"] is False and failing_gauge(gw) == 1
+    secret.keys(entry("bob", BOB, ["eng"]))
+    until(lambda: reloads(gw, "applied"), "the watcher stopped: the removal was never applied")
+    assert modern_call(gw.url, ALICE, "basic__echo").status_code == 401
+    assert key_status(gw)["ok"] is True and failing_gauge(gw) == 0
 
 
 def test_sighup_reads_the_key_file_at_once(gw: GatewayProcess, secret: Secret) -> None:

@@ -189,6 +189,10 @@ def load_keys_file(value: object, path: str, base_dir: Path | None = None) -> li
         doc = yaml.safe_load(text)
     except OSError as exc:
         raise ConfigError(f"cannot read keys file: {exc.strerror or exc}", path=path, source=str(file)) from None
+    except UnicodeDecodeError:
+        raise ConfigError("keys file is not valid UTF-8", source=str(file)) from None
+    except RecursionError:
+        raise ConfigError("keys file is nested too deeply to be a list of key entries", source=str(file)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
