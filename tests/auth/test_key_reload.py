@@ -15,8 +15,8 @@ from structlog.testing import capture_logs
 
 from bastion.auth import AuthConfig, Authenticator, build_authenticator, hash_key, key_ring
 from bastion.auth.apikeys import ApiKeyTable, KeyRing
-from bastion.auth.keyfile import KeyWatcher
-from bastion.errors import AuthenticationError
+from bastion.auth.keyfile import KeyFile, KeyWatcher
+from bastion.errors import AuthenticationError, ConfigError
 from tests.auth.test_jwt import ISSUER, RESOURCE, sign
 from tests.support.jwks import JwksServer, KeyPair
 
@@ -119,6 +119,24 @@ async def test_a_broken_file_keeps_the_table_in_force_and_its_end_is_reported(tm
     assert gw.events[1:] == [("recovered", 2)]
     assert [(e["event"], e["outcome"], e["keys"]) for e in logs] == [("api_keys.reload", "unchanged", 2)]
     assert gw.watcher.status["ok"] is True
+
+
+def test_bytes_already_parsed_are_not_parsed_again(tmp_path: Path) -> None:
+    # The watcher reads the file every tenth poll although nothing changed, and after every poll that found it
+    # broken; parsing ten thousand keys each time took seconds of CPU under the interpreter lock.
+    write(tmp_path / "keys.yaml", entry("alice", ALICE), entry("bob", BOB))
+    source = KeyFile(tmp_path / "keys.yaml")
+    version, table = source.read()
+    assert source.read()[1] is table
+    (tmp_path / "keys.yaml").write_text((tmp_path / "keys.yaml").read_text() + "# a comment\n")
+    again, other = source.read()
+    assert other is not table and again == version  # parsed again: other bytes, the same entries
+    (tmp_path / "keys.yaml").write_text("api_keys: [{id: carol, key: " + CAROL + "}]\n")
+    with pytest.raises(ConfigError) as first:
+        source.read()
+    with pytest.raises(ConfigError) as second:
+        source.read()
+    assert second.value is first.value and "plaintext key" in str(second.value)
 
 
 @pytest.mark.parametrize(("written", "error"), [

@@ -184,11 +184,21 @@ def keys_file_path(value: object, path: str, base_dir: Path | None = None) -> Pa
 def load_keys_file(value: object, path: str, base_dir: Path | None = None) -> list[ApiKeyEntry]:
     """Read a keys file: a YAML list of entries, or a mapping with a single ``api_keys`` list."""
     file = keys_file_path(value, path, base_dir)
+    return parse_keys_file(read_keys_file(file, path), file)
+
+
+def read_keys_file(file: Path, path: str) -> bytes:
+    """The bytes of the keys file at ``file`` (``path``: the config key naming it, for the error)."""
     try:
-        text = file.read_text(encoding="utf-8")
-        doc = yaml.safe_load(text)
+        return file.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read keys file: {exc.strerror or exc}", path=path, source=str(file)) from None
+
+
+def parse_keys_file(data: bytes, file: Path) -> list[ApiKeyEntry]:
+    """The entries the keys file ``file`` holds, ``data`` being its bytes."""
+    try:
+        doc = yaml.safe_load(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError("keys file is not valid UTF-8", source=str(file)) from None
     except RecursionError:

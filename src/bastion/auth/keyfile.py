@@ -25,7 +25,8 @@ from typing import Any
 import structlog
 
 from bastion.auth.apikeys import ApiKeyTable
-from bastion.auth.config import ApiKeyEntry, key_table_entries, load_keys_file
+from bastion.auth.config import ApiKeyEntry, key_table_entries, parse_keys_file, read_keys_file
+from bastion.errors import ConfigError
 from bastion.filewatch import FileWatcher, Fingerprint, stat_files
 
 log = structlog.get_logger("bastion.auth")
@@ -42,19 +43,35 @@ def table_version(entries: tuple[ApiKeyEntry, ...]) -> str:
 class KeyFile:
     """The key file at ``file``, read into a whole table together with the config file's ``inline`` entries.
 
-    Reading parses: a table is small, and what two polls must agree on is then the entries, not the bytes (a
-    comment edited in is no reload)."""
+    Reading parses, so that what two polls must agree on is the entries, not the bytes (a comment edited in is no
+    reload). But only bytes not parsed before: the watcher reads the file every tenth poll even when nothing
+    changed, and after every poll that found it broken, and YAML is parsed in Python, holding the interpreter
+    lock: ten thousand keys took seconds of CPU each time, stalling every request the event loop was serving."""
 
     def __init__(self, file: Path, inline: tuple[ApiKeyEntry, ...] = ()) -> None:
         self._file = file
         self._inline = inline
+        # The digest of the bytes parsed last, and what they made (the table and its version, or the error).
+        self._parsed: tuple[bytes, tuple[str, ApiKeyTable] | ConfigError] | None = None
 
     def fingerprint(self) -> Fingerprint:
         return stat_files((self._file,), "API key file")
 
     def read(self) -> tuple[str, ApiKeyTable]:
-        entries = key_table_entries(self._inline, load_keys_file(str(self._file), "auth.api_keys_file"),
-                                    self._file)
+        data = read_keys_file(self._file, "auth.api_keys_file")
+        digest = hashlib.sha256(data).digest()
+        if self._parsed is None or self._parsed[0] != digest:
+            self._parsed = digest, self._parse(data)
+        made = self._parsed[1]
+        if isinstance(made, ConfigError):
+            raise made.with_traceback(None)  # raised again each poll: without this its traceback grows each time
+        return made
+
+    def _parse(self, data: bytes) -> tuple[str, ApiKeyTable] | ConfigError:
+        try:
+            entries = key_table_entries(self._inline, parse_keys_file(data, self._file), self._file)
+        except ConfigError as exc:
+            return exc
         return table_version(entries), ApiKeyTable(entries)
 
     def build(self, content: ApiKeyTable) -> ApiKeyTable:
