@@ -4,6 +4,8 @@ tests/e2e/test_api_key_reload.py."""
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,34 @@ async def test_a_broken_file_keeps_the_table_in_force_and_its_end_is_reported(tm
     assert gw.events[1:] == [("recovered", 2)]
     assert [(e["event"], e["outcome"], e["keys"]) for e in logs] == [("api_keys.reload", "unchanged", 2)]
     assert gw.watcher.status["ok"] is True
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a directory"])
+async def test_a_key_file_that_is_not_a_regular_file_is_rejected_without_blocking(
+        tmp_path: Path, http: httpx.AsyncClient, kind: str) -> None:
+    # Reading a FIFO blocks until a writer comes: the watcher's read never returned, so no later change of the
+    # file was ever applied while its status said ok (and the stuck thread held up the process's exit).
+    write(tmp_path / "keys.yaml", entry("alice", ALICE), entry("bob", BOB))
+    gw = Gateway(config(tmp_path), http)
+    (tmp_path / "keys.yaml").unlink()
+    if kind == "a FIFO":
+        os.mkfifo(tmp_path / "keys.yaml")
+    else:
+        (tmp_path / "keys.yaml").mkdir()
+    # In a daemon thread: a read that blocks (the old code's) fails the test instead of hanging it.
+    polling = threading.Thread(target=gw.polls, args=(2,), daemon=True)
+    polling.start()
+    polling.join(timeout=20)
+    assert not polling.is_alive(), "the read of the key file blocked"
+    assert gw.events == [("failure", f"{tmp_path / 'keys.yaml'} [auth.api_keys_file]: cannot read keys file: "
+                                     f"not a regular file but {kind}")]
+    if kind == "a FIFO":
+        (tmp_path / "keys.yaml").unlink()
+    else:
+        (tmp_path / "keys.yaml").rmdir()
+    write(tmp_path / "keys.yaml", entry("bob", BOB))
+    gw.polls(2)
+    assert gw.events[-1] == ("reload", 1) and await gw.who(ALICE) is None
 
 
 def test_bytes_already_parsed_are_not_parsed_again(tmp_path: Path) -> None:

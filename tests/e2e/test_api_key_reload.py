@@ -66,10 +66,16 @@ class Secret:
         self.swap_bytes(text.encode())
 
     def swap_bytes(self, data: bytes) -> None:
+        self._swap(lambda file: file.write_bytes(data))
+
+    def swap_fifo(self) -> None:
+        self._swap(os.mkfifo)
+
+    def _swap(self, make: Callable[[Path], object]) -> None:
         self._n += 1
         version = self.root / f"..{self._n}"
         version.mkdir()
-        (version / "keys.yaml").write_bytes(data)
+        make(version / "keys.yaml")
         tmp = self.root / "..data_tmp"
         tmp.symlink_to(version.name)
         os.replace(tmp, self.root / "..data")
@@ -218,6 +224,20 @@ def test_a_key_file_that_is_not_text_is_rejected_and_later_removals_still_apply(
     until(lambda: reloads(gw, "applied"), "the watcher stopped: the removal was never applied")
     assert modern_call(gw.url, ALICE, "basic__echo").status_code == 401
     assert key_status(gw)["ok"] is True and failing_gauge(gw) == 0
+
+
+def test_a_fifo_in_place_of_the_key_file_is_rejected_and_neither_reloads_nor_shutdown_hang(
+        gw: GatewayProcess, secret: Secret) -> None:
+    # The watcher's read of a FIFO blocked for ever: no later removal was applied, /readyz said ok, and SIGTERM
+    # left the process waiting for the stuck thread until it was killed.
+    secret.swap_fifo()
+    until(lambda: reloads(gw, "rejected"), "the FIFO was never reported")
+    assert reloads(gw, "rejected")[0]["error"].endswith("cannot read keys file: not a regular file but a FIFO")
+    assert key_status(gw)["ok"] is False
+    secret.keys(entry("bob", BOB, ["eng"]))
+    until(lambda: reloads(gw, "applied"), "the removal was never applied")
+    assert modern_call(gw.url, ALICE, "basic__echo").status_code == 401
+    assert gw.stop() == 0
 
 
 def test_sighup_reads_the_key_file_at_once(gw: GatewayProcess, secret: Secret) -> None:

@@ -12,7 +12,9 @@ Only key *hashes* are accepted: a config file is reviewed, copied and committed,
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,11 +190,33 @@ def load_keys_file(value: object, path: str, base_dir: Path | None = None) -> li
 
 
 def read_keys_file(file: Path, path: str) -> bytes:
-    """The bytes of the keys file at ``file`` (``path``: the config key naming it, for the error)."""
+    """The bytes of the keys file at ``file`` (``path``: the config key naming it, for the error).
+
+    Only a regular file is read. A FIFO put in its place (or a device) would block the read for ever: at start-up
+    the gateway would never start, and while it runs the watcher's read would never return, so no later change of
+    the key file, a revocation included, would ever be applied, the status would still say ``ok``, and the stuck
+    worker thread would hold up the process's exit. Opened without blocking and checked on the descriptor
+    itself, so what is checked is what is read."""
     try:
-        return file.read_bytes()
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigError(f"cannot read keys file: not a regular file but {_file_kind(mode)}", path=path,
+                                  source=str(file))
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as stream:
+                return stream.read()
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise ConfigError(f"cannot read keys file: {exc.strerror or exc}", path=path, source=str(file)) from None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((kind for test, kind in kinds if test(mode)), "not a file")
 
 
 def parse_keys_file(data: bytes, file: Path) -> list[ApiKeyEntry]:
