@@ -122,7 +122,8 @@ class Metrics:
                                             ["upstream", "state"], registry=r)
         self.upstream_restarts = Counter("bastion_upstream_restarts",
                                          "Times an upstream's transport lost its connection and began re-establishing "
-                                         "it (stdio child respawn, SSE stream re-open).", ["upstream"], registry=r)
+                                         "it (stdio child respawn, SSE stream re-open, frozen HTTP session left for "
+                                         "a new one).", ["upstream"], registry=r)
         # Created on first use: an unlabelled gauge exists from construction and would read 0 (firing
         # BastionLimiterRedisDown) on a gateway whose limiter never uses Redis.
         self.limiter_redis_up: Gauge | None = None

@@ -153,7 +153,8 @@ class UpstreamPool:
         ``restarting``, and back ``up`` once the new connection answered, its backoff pacing a server that hangs
         again each time; a Streamable HTTP upstream is ``up`` once its new session answered, and stays ``down``
         (calls failing fast) while there is none."""
-        self._members[name].upstream.restart(f"health down: {reason}")
+        if self._members[name].upstream.restart(f"health down: {reason}"):
+            self.monitor.restarted(name)
 
     def _watch_transport(self, name: str) -> None:
         watch = getattr(self._members[name].upstream, "watch", None)

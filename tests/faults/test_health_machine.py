@@ -291,3 +291,59 @@ async def test_a_probe_answer_made_stale_by_a_failure_meanwhile_is_followed_by_a
         await _until(lambda: monitor.status("a").state == "up")
     finally:
         await monitor.close()
+
+
+def test_a_connection_replaced_for_not_answering_is_up_only_once_it_answers() -> None:
+    """A server that answers its handshake and nothing else (it freezes every session it opens, or hangs right
+    after ``initialize``) was ``up`` after every restart, until probes failed again: ready and counted up nearly
+    all the time while no call could succeed."""
+    h = m.failed(m.failed(m.connected(m.initial(0.0), 1.0), 2.0, "probe failed", failures_to_down=2), 3.0,
+                 "probe failed", failures_to_down=2)
+    assert h.state == "down"
+    h = m.restarted(h)
+    h = m.restarting(h, 3.5, "unresponsive, restarted")  # a supervised transport says so; Streamable HTTP not
+    h = m.connected(h, 4.0)
+    assert (h.state, h.reason, h.answering, h.on_trial) == ("restarting", "reconnected, waiting for an answer",
+                                                            False, True)
+    assert m.public_reason(h) == "reconnected, waiting for an answer"
+    assert m.failed(h, 4.5, "slow tool", failures_to_down=2, soft=True, sent_at=4.1) is h  # a timeout proves nothing
+    failed = m.failed(h, 5.0, "probe failed", failures_to_down=2, sent_at=4.1)
+    assert (failed.state, failed.on_trial) == ("down", False)  # the pool replaces it again
+    answered = m.succeeded(h, 5.0, sent_at=4.1)
+    assert (answered.state, answered.replaced, answered.on_trial) == ("up", False, False)
+    # A reconnection nobody asked for (a stream that ended) is up on its handshake, as before.
+    h = m.connected(m.restarting(answered, 6.0, "stream ended"), 7.0)
+    assert (h.state, h.reason) == ("up", "connected")
+
+
+async def test_the_monitor_probes_a_connection_on_trial_at_once() -> None:
+    probes: list[str] = []
+    answering = False
+
+    async def probe(name: str, timeout: float) -> bool:
+        probes.append(name)
+        if not answering:
+            raise UpstreamUnavailable(name, log_detail="frozen")
+        return True
+
+    cfg = HealthConfig(probe_interval_s=3600.0, recovery_interval_s=3600.0, probe_jitter=0.0)
+    monitor = HealthMonitor(["u"], cfg, probe=probe)
+    monitor.connected("u")
+    monitor.start()
+    try:
+        monitor.failed("u", "probe failed")
+        monitor.failed("u", "probe failed")
+        await asyncio.sleep(0)
+        assert monitor.status("u").state == "down"
+        monitor.restarted("u")
+        answering = True
+        probes.clear()
+        monitor.connected("u")
+        assert monitor.status("u").state == "restarting"
+        for _ in range(500):
+            if monitor.status("u").state == "up":
+                break
+            await asyncio.sleep(0.01)
+        assert monitor.status("u").state == "up" and probes
+    finally:
+        await monitor.close()

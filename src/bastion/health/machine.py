@@ -23,6 +23,13 @@ and report it ready) while nothing new can reach it; the next probe, sent after 
 Likewise a failure counts only if its request was sent after the transport last (re)connected (``connected_at``): a
 request still out on a connection the transport has since replaced (a frozen HTTP session left for a new one, whose
 stuck requests time out after the new session answered) says nothing about the new connection.
+
+A connection replaced because it stopped answering (``replaced``: the pool restarted a ``down`` upstream) is not
+``up`` again on its handshake alone: a server that freezes every session it opens, or a child that hangs right
+after its handshake, answers ``initialize`` and nothing else, and would be reported ``up`` (ready, counted up)
+between every two restarts while no call could succeed. Its ``connected`` leaves it ``restarting`` (``on_trial``)
+until a request sent on the new connection is answered (``up``) or fails (``down``, which makes the pool restart
+it again, the transport's backoff pacing the restarts).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = ["Health", "HealthState", "connected", "disconnected", "failed", "hidden", "initial", "public_reason",
-           "refuses_calls", "restarting", "succeeded"]
+           "refuses_calls", "restarted", "restarting", "succeeded"]
 
 HealthState = Literal["up", "degraded", "down", "restarting"]
 
@@ -46,6 +53,8 @@ class Health:
     failures: int = 0  # consecutive failures
     failed_at: float = -math.inf  # when the latest failure (or loss of the connection) was seen
     connected_at: float = -math.inf  # when the transport last reported itself (re)connected
+    replaced: bool = False  # the connection is being replaced because it stopped answering (``restarted``)
+    on_trial: bool = False  # reconnected after such a replacement: ``restarting`` until a request on it is judged
 
     @property
     def answering(self) -> bool:
@@ -60,8 +69,8 @@ def initial(at: float) -> Health:
 def _to(health: Health, state: HealthState, reason: str, at: float, failures: int,
         failed_at: float | None = None) -> Health:
     since = health.since if state == health.state else at
-    return Health(state, reason, since, failures, health.failed_at if failed_at is None else failed_at,
-                  health.connected_at)
+    return replace(health, state=state, reason=reason, since=since, failures=failures,
+                   failed_at=health.failed_at if failed_at is None else failed_at)
 
 
 def succeeded(health: Health, at: float, sent_at: float | None = None) -> Health:
@@ -71,7 +80,7 @@ def succeeded(health: Health, at: float, sent_at: float | None = None) -> Health
         return health  # the hot path: nothing to allocate
     if sent_at is not None and sent_at < health.failed_at:
         return health
-    return _to(health, "up", "answering", at, 0)
+    return replace(_to(health, "up", "answering", at, 0), replaced=False, on_trial=False)
 
 
 def failed(health: Health, at: float, reason: str, *, failures_to_down: int, soft: bool = False,
@@ -82,6 +91,11 @@ def failed(health: Health, at: float, reason: str, *, failures_to_down: int, sof
     its request was sent (None: not known, counts); one sent before the latest (re)connection changes nothing."""
     if sent_at is not None and sent_at < health.connected_at:
         return health
+    if health.on_trial:
+        if soft:
+            return health  # one slow tool proves nothing either way: the probes decide
+        # The new connection failed as the old one did: down, and the pool replaces it again.
+        return replace(_to(health, "down", reason, at, health.failures + 1, at), on_trial=False)
     if health.state == "restarting":
         return replace(health, failures=health.failures + 1, failed_at=at)
     if soft:
@@ -93,13 +107,22 @@ def failed(health: Health, at: float, reason: str, *, failures_to_down: int, sof
 
 
 def connected(health: Health, at: float) -> Health:
-    """The transport (re)connected: handshake done, lists fetched or about to be."""
-    return replace(_to(health, "up", "connected", at, 0), connected_at=at)
+    """The transport (re)connected: handshake done, lists fetched or about to be. After a replacement of an
+    unresponsive connection, that is not enough: ``restarting`` until a request on it is judged."""
+    if health.replaced:
+        return replace(_to(health, "restarting", "reconnected, waiting for an answer", at, health.failures),
+                       connected_at=at, replaced=False, on_trial=True)
+    return replace(_to(health, "up", "connected", at, 0), connected_at=at, on_trial=False)
+
+
+def restarted(health: Health) -> Health:
+    """The pool is replacing the connection because it stopped answering (``down`` while connected)."""
+    return replace(health, replaced=True, on_trial=False)
 
 
 def disconnected(health: Health, at: float, reason: str) -> Health:
     """Connecting failed, or the connection is gone and nobody is re-establishing it on its own."""
-    return _to(health, "down", reason, at, health.failures + 1, at)
+    return replace(_to(health, "down", reason, at, health.failures + 1, at), on_trial=False)
 
 
 def restarting(health: Health, at: float, reason: str) -> Health:
@@ -109,7 +132,8 @@ def restarting(health: Health, at: float, reason: str) -> Health:
 # The reasons, or leading parts of reasons, that are bastion's own words. A reason is mostly built from the error
 # that caused it, and an error's detail can carry what the upstream sent (an HTTP error body, a version string, an
 # error message, a URL), which must not reach an unauthenticated reader.
-_OWN_REASONS = ("answering", "connected", "not connected yet", "probe failed", "list refresh failed")
+_OWN_REASONS = ("answering", "connected", "not connected yet", "probe failed", "list refresh failed",
+                "reconnected, waiting for an answer")
 _EXIT_CODE = re.compile(r"; exit code (-?[0-9]{1,4})$")
 _STATE_REASONS: dict[HealthState, str] = {"up": "answering", "degraded": "call failed", "down": "unavailable",
                                           "restarting": "restarting"}

@@ -140,11 +140,22 @@ class HealthMonitor:
 
     def connected(self, name: str) -> None:
         if name in self._health:
-            self._set(name, m.connected(self._health[name], self._clock()))
+            new = m.connected(self._health[name], self._clock())
+            self._set(name, new)
+            if new.on_trial:
+                # The request that decides: at once, not at the next recovery interval.
+                self._probe_soon.add(name)
+                self._wake[name].set()
 
     def disconnected(self, name: str, reason: str) -> None:
         if name in self._health:
             self._set(name, m.disconnected(self._health[name], self._clock(), reason))
+
+    def restarted(self, name: str) -> None:
+        """The pool replaces the upstream's connection because it stopped answering: once reconnected, it is up
+        only when a request on the new connection is answered (``machine.restarted``)."""
+        if name in self._health:
+            self._set(name, m.restarted(self._health[name]))
 
     def restarting(self, name: str, reason: str) -> None:
         if name in self._health:
@@ -218,9 +229,10 @@ class HealthMonitor:
                 await self._publish_hidden()
 
     async def _probe_once(self, name: str) -> None:
-        if self.probe is None or self._health[name].state == "restarting":
+        health = self._health[name]
+        if self.probe is None or (health.state == "restarting" and not health.on_trial):
             self._probe_soon.discard(name)
-            return  # a restarting transport reports for itself when it is back
+            return  # a restarting transport reports for itself when it is back (on trial, a probe decides)
         timeout = self.config.probe_timeout_s
         sent = self._clock()
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
@@ -85,8 +86,10 @@ class HttpUpstream(HttpPeer):
         self._listener: asyncio.Task[None] | None = None
         self._stream_answered = asyncio.Event()
         self._on_state: StateListener | None = None
-        # Whether ``restart`` is leaving a frozen session.
+        # Whether ``restart`` is leaving a frozen session; the pace of such renewals, and when the last one began.
         self._renewing = False
+        self._renewals = Backoff(backoff_initial, backoff_max)
+        self._renewed_at = -math.inf
 
     def watch(self, listener: StateListener) -> None:
         """Hear when the GET stream ends or fails ("suspect"): often the first sign that the server died, so the
@@ -207,6 +210,15 @@ class HttpUpstream(HttpPeer):
             if listener is not None:
                 await cancel_and_wait([listener])
             self._rpc.spawn(self._delete_session(dict(self._headers)))
+            # A server that freezes every session it opens is left again each time its health finds it down: the
+            # backoff of a crash loop paces that (a session that lasted ``stable_after`` starts it over).
+            now = time.monotonic()
+            self._renewals.connection_ended(now - self._renewed_at)
+            self._renewed_at = now
+            delay = self._renewals.next_delay()
+            if delay:
+                log.info("upstream.reconnect_wait", upstream=self.name, seconds=delay)
+                await asyncio.sleep(delay)
             generation = self._generation
             self._sessionless = True
             try:
