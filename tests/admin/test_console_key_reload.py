@@ -78,3 +78,20 @@ async def test_the_principals_the_console_knows_are_the_tables_in_force(tmp_path
         gone = (await browser.get("/catalogue", params={"principal": "alice"})).text
         assert '<p class="error" id="unknown-principal">alice is not a principal' in gone
         assert '<option value="alice"' not in gone
+
+
+async def test_a_key_session_ends_when_the_gateway_no_longer_has_api_keys(tmp_path: Path) -> None:
+    # A key leaked: the operator drops API keys for JWTs and restarts. With a configured admin.secret the
+    # console's cookies survive restarts, and a session opened with a key was let through whenever there was no
+    # key table at all to check it against, for as long as admin.session_ttl_s.
+    admin = {"port": 0, "secret": "s" * 40}
+    async with console(tmp_path, admin=admin) as (_, browser):
+        await login(browser)
+        assert (await browser.get("/policy")).status_code == 200
+        cookie = browser.cookies[COOKIE]
+    jwt_only = {"resource": "https://bastion.example/mcp", "authorization_servers": ["https://idp.example"],
+                "jwt": {"issuer": "https://idp.example", "jwks_url": "http://127.0.0.1:9/jwks"}}
+    async with console(tmp_path, auth=jwt_only, admin=admin) as (_, browser):
+        browser.cookies.set(COOKIE, cookie)
+        r = await browser.get("/policy")
+        assert (r.status_code, r.headers.get("location")) == (303, "/login")

@@ -151,9 +151,13 @@ class Console:
     def _key_in_force(self, session: AdminSession) -> bool:
         """A session opened with an API key lasts while that key is in the key table in force (a reload of the
         key file may have removed it, or replaced it under the same id) and still makes its holder an admin (its
-        groups may have changed). The table is asked, not the authenticator: the cookie holds no key."""
-        if session.auth_method != "api_key" or self.src.keys is None:
+        groups may have changed). The table is asked, not the authenticator: the cookie holds no key. A gateway
+        with no key table at all (API keys dropped from the config) holds no key such a session could stand on:
+        with ``admin.secret`` set, its cookie outlives the restart that dropped them."""
+        if session.auth_method != "api_key":
             return True
+        if self.src.keys is None:
+            return False
         entry = self.src.keys.table.by_id(session.admin)
         if entry is None or session.key is None or \
                 not hmac.compare_digest(self._signer.bind(entry.hash).encode(), session.key.encode()):
