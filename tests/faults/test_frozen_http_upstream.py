@@ -93,6 +93,8 @@ def test_a_server_that_freezes_every_session_it_opens_is_never_reported_up(trans
             assert ("restarting", "reconnected, waiting for an answer") in went[down:]
         assert state(gw, "f") in ("down", "restarting")
         assert readyz(gw)[0] == 503
+        # Its tools left the lists once (hide_after: 1 s) and did not come back at each restart.
+        assert [doc["upstreams"] for doc in logged(gw, "catalogue.upstreams_hidden")] == [["f"]]
         # Each restart waits longer than the one before: a crash loop's backoff.
         waits = [doc["seconds"] for doc in logged(gw, "upstream.reconnect_wait")]
         assert waits[:2] == sorted(waits[:2]) and len(waits) >= 2

@@ -311,6 +311,9 @@ def test_a_connection_replaced_for_not_answering_is_up_only_once_it_answers() ->
     assert (failed.state, failed.on_trial) == ("down", False)  # the pool replaces it again
     answered = m.succeeded(h, 5.0, sent_at=4.1)
     assert (answered.state, answered.replaced, answered.on_trial) == ("up", False, False)
+    # Hidden from when it stopped answering (3.0), not from its latest move between down and restarting: its
+    # tools do not come back into the lists each time it is restarted.
+    assert m.hidden(failed, 3.0 + 30.0, 30.0) and failed.since == 5.0
     # A reconnection nobody asked for (a stream that ended) is up on its handshake, as before.
     h = m.connected(m.restarting(answered, 6.0, "stream ended"), 7.0)
     assert (h.state, h.reason) == ("up", "connected")

@@ -55,6 +55,9 @@ class Health:
     connected_at: float = -math.inf  # when the transport last reported itself (re)connected
     replaced: bool = False  # the connection is being replaced because it stopped answering (``restarted``)
     on_trial: bool = False  # reconnected after such a replacement: ``restarting`` until a request on it is judged
+    # When it last stopped answering (entered ``down`` or ``restarting`` from an answering state): its tools are
+    # hidden ``hide_after`` from then, however often it moves between the two meanwhile.
+    unavailable_since: float = -math.inf
 
     @property
     def answering(self) -> bool:
@@ -63,14 +66,15 @@ class Health:
 
 
 def initial(at: float) -> Health:
-    return Health("down", "not connected yet", at)
+    return Health("down", "not connected yet", at, unavailable_since=at)
 
 
 def _to(health: Health, state: HealthState, reason: str, at: float, failures: int,
         failed_at: float | None = None) -> Health:
     since = health.since if state == health.state else at
+    unavailable_since = at if health.answering else health.unavailable_since
     return replace(health, state=state, reason=reason, since=since, failures=failures,
-                   failed_at=health.failed_at if failed_at is None else failed_at)
+                   failed_at=health.failed_at if failed_at is None else failed_at, unavailable_since=unavailable_since)
 
 
 def succeeded(health: Health, at: float, sent_at: float | None = None) -> Health:
@@ -161,4 +165,4 @@ def refuses_calls(health: Health) -> bool:
 def hidden(health: Health, now: float, hide_after: float | None) -> bool:
     """Its tools leave the lists once it has been unavailable for the grace period (``None``: never)."""
     return (hide_after is not None and health.state in ("down", "restarting")
-            and now - health.since >= hide_after)
+            and now - health.unavailable_since >= hide_after)

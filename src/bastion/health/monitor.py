@@ -193,7 +193,7 @@ class HealthMonitor:
         hide_after = self.config.hide_after_s
         if hide_after is None or health.state not in ("down", "restarting"):
             return None
-        return health.since + hide_after
+        return health.unavailable_since + hide_after
 
     async def _watch(self, name: str) -> None:
         wake = self._wake[name]
