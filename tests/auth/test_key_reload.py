@@ -109,10 +109,11 @@ async def test_a_broken_file_keeps_the_table_in_force_and_its_end_is_reported(tm
     (tmp_path / "keys.yaml").write_text("api_keys:\n  - id: bob\n    hash: " + hash_key(BOB) + "\n  - {id: [\n")
     with capture_logs() as logs:
         gw.polls(3)
-    assert gw.events == [("failure", f"{tmp_path / 'keys.yaml'}:5: keys file is not valid YAML")]
+    broken = f"{tmp_path / 'keys.yaml'}:5: invalid YAML: expected the node content, but found '<stream end>'"
+    assert gw.events == [("failure", broken)]
     assert [(e["outcome"], e["keeping_keys"], e["log_level"]) for e in logs] == [("rejected", 2, "error")]
     assert gw.watcher.status == {"ok": False, "loaded_at": gw.watcher.loaded_at, "keys": 2,
-                                 "error": f"{tmp_path / 'keys.yaml'}:5: keys file is not valid YAML"}
+                                 "error": broken}
     assert await gw.who(ALICE) == "alice"
     # The very file in force again: nothing to swap, and the error is over.
     (tmp_path / "keys.yaml").write_text(good)
@@ -171,7 +172,7 @@ def test_bytes_already_parsed_are_not_parsed_again(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("written", "error"), [
     (b"api_keys: []\n# caf\xc3", "keys file is not valid UTF-8"),  # cut inside a character, or not text at all
-    (b"api_keys: " + b"[" * 20000 + b"]" * 20000, "keys file is nested too deeply to be a list of key entries"),
+    (b"api_keys: " + b"[" * 20000 + b"]" * 20000, "invalid YAML: nested too deeply"),
 ])
 async def test_a_file_no_loader_foresaw_is_rejected_and_the_next_good_one_applied(
         tmp_path: Path, http: httpx.AsyncClient, written: bytes, error: str) -> None:
@@ -250,3 +251,22 @@ async def test_a_token_may_not_take_the_id_of_a_key_a_reload_added(tmp_path: Pat
     write(tmp_path / "keys.yaml", entry("bob", BOB))
     assert gw.watcher.reload_now() is True
     assert await gw.who(token) == "carol"
+
+
+@pytest.mark.parametrize(("written", "error"), [
+    # Two ``groups:`` in one entry: safe_load kept the last and dropped the first without a word.
+    ("api_keys:\n  - id: alice\n    hash: {h}\n    groups: [admin]\n    groups: [viewer]\n",
+     "duplicate key 'groups' (first at line 4)"),
+    # An alias bomb: nine lines that name 10^9 strings once the table is read into one.
+    ("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "api_keys:\n  - id: alice\n    hash: {h}\n    attributes: {{bomb: [*b, *b]}}\n", "alias"),
+])
+async def test_a_key_file_is_read_as_strictly_as_a_policy_file(
+        tmp_path: Path, http: httpx.AsyncClient, written: str, error: str) -> None:
+    write(tmp_path / "keys.yaml", entry("alice", ALICE))
+    gw = Gateway(config(tmp_path), http)
+    (tmp_path / "keys.yaml").write_text(written.format(h=hash_key(ALICE)))
+    gw.polls(2)
+    [(kind, message)] = gw.events
+    assert kind == "failure" and error in message, message
+    assert gw.watcher.status["ok"] is False

@@ -22,10 +22,9 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
-
 from bastion.errors import ConfigError
 from bastion.units import parse_duration
+from bastion.yamlfile import load_yaml_text
 
 AuthMode = Literal["none", "enabled"]
 
@@ -222,15 +221,13 @@ def _file_kind(mode: int) -> str:
 def parse_keys_file(data: bytes, file: Path) -> list[ApiKeyEntry]:
     """The entries the keys file ``file`` holds, ``data`` being its bytes."""
     try:
-        doc = yaml.safe_load(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError("keys file is not valid UTF-8", source=str(file)) from None
-    except RecursionError:
-        raise ConfigError("keys file is nested too deeply to be a list of key entries", source=str(file)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise ConfigError("keys file is not valid YAML", source=str(file), line=line) from None
+    # Strict, as the policy files are (``bastion.yamlfile``): a key twice in one entry (two ``groups:``) is refused
+    # rather than half-read, and anchors and aliases are refused: an alias can multiply a small file into a huge
+    # table, and a key file is re-read while the gateway runs.
+    doc = load_yaml_text(text, str(file)).data
     if isinstance(doc, Mapping):
         _reject_unknown(doc, frozenset({"api_keys"}), "api_keys_file")
         doc = doc.get("api_keys", [])
