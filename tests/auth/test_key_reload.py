@@ -270,3 +270,16 @@ async def test_a_key_file_is_read_as_strictly_as_a_policy_file(
     [(kind, message)] = gw.events
     assert kind == "failure" and error in message, message
     assert gw.watcher.status["ok"] is False
+
+
+async def test_a_key_file_larger_than_the_bound_is_refused_unread(tmp_path: Path, http: httpx.AsyncClient,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import bastion.auth.config as auth_config
+    monkeypatch.setattr(auth_config, "MAX_KEYS_FILE_BYTES", 4096)  # the bound, made small enough to cross here
+    write(tmp_path / "keys.yaml", entry("alice", ALICE))
+    gw = Gateway(config(tmp_path), http)
+    (tmp_path / "keys.yaml").write_text("# " + "x" * 5000 + "\n" + (tmp_path / "keys.yaml").read_text())
+    gw.polls(2)
+    [(kind, message)] = gw.events
+    assert kind == "failure" and "keys file is larger than" in message, message
+    assert await gw.who(ALICE) == "alice"

@@ -188,6 +188,11 @@ def load_keys_file(value: object, path: str, base_dir: Path | None = None) -> li
     return parse_keys_file(read_keys_file(file, path), file)
 
 
+# The key file is read again while the gateway runs (``auth.keyfile``): a path pointed at a growing log or a disk
+# image would be read whole on every look. 100,000 entries with groups and attributes stay far below this.
+MAX_KEYS_FILE_BYTES = 64 * 2**20
+
+
 def read_keys_file(file: Path, path: str) -> bytes:
     """The bytes of the keys file at ``file`` (``path``: the config key naming it, for the error).
 
@@ -205,7 +210,11 @@ def read_keys_file(file: Path, path: str) -> bytes:
                                   source=str(file))
             os.set_blocking(fd, True)
             with os.fdopen(fd, "rb", closefd=False) as stream:
-                return stream.read()
+                data = stream.read(MAX_KEYS_FILE_BYTES + 1)
+            if len(data) > MAX_KEYS_FILE_BYTES:
+                raise ConfigError(f"keys file is larger than {MAX_KEYS_FILE_BYTES:,} bytes; is it the right file?",
+                                  path=path, source=str(file))
+            return data
         finally:
             os.close(fd)
     except OSError as exc:
