@@ -18,6 +18,7 @@ import orjson
 import pytest
 import redis
 
+from bastion.upstream.headers import request_headers
 from tests.e2e.conftest import stdio_upstream
 from tests.support.gateway import GatewayProcess
 from tests.support.redis_server import RedisServer
@@ -142,5 +143,34 @@ def test_a_forwarded_request_whose_record_cannot_be_written_is_refused(tmp_path:
             assert "result" not in answer
             records = [r for r in gw.records("request") if r["request_id"] == rid]
             assert len(records) == 1 and records[0]["outcome"] == "allowed", records
+    finally:
+        gw.stop()
+
+
+def test_a_listen_subscription_whose_record_cannot_be_written_is_released_upstream(tmp_path: Path) -> None:
+    """Each resource a 2026-07-28 listen request names is subscribed to upstream, then recorded; one whose record
+    a required sink could not write is not honoured, so the listen stream will never release it: bastion
+    unsubscribes it at once, and the upstream is not left subscribed for a stream that does not want it."""
+    received = tmp_path / "basic.jsonl"
+    received.touch()
+    gw = GatewayProcess({"auth": "none",
+                         "upstreams": {"basic": stdio_upstream("tests.fixtures.basic_server", "--record",
+                                                               str(received))},
+                         "audit": {"sinks": ["stdout", {"file": "/dev/full"}], "required": True}}, tmp_path).start()
+    try:
+        uris = ["basic+memo://notes/a", "basic+memo://notes/b"]
+        params = {"notifications": {"resourceSubscriptions": uris}, "_meta": MODERN}
+        body = {"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": params}
+        headers = {"Accept": ACCEPT, "Content-Type": "application/json",
+                   **request_headers("subscriptions/listen", params, "2026-07-28")}
+        with httpx.Client(timeout=30) as http, http.stream("POST", gw.url, json=body, headers=headers) as stream:
+            ack = next(orjson.loads(line[5:]) for line in stream.iter_lines() if line.startswith("data:"))
+            # Read while the stream is still open: the release is owed by the listen request, not its stream.
+            upstream_saw = [orjson.loads(line) for line in received.read_text().splitlines()]
+        assert ack["params"]["notifications"] == {}, ack  # nothing honoured
+        assert upstream_saw == [{"subscribe": "memo://notes/a"}, {"subscribe": "memo://notes/b"},
+                                {"unsubscribe": "memo://notes/a"}, {"unsubscribe": "memo://notes/b"}]
+        assert [(r["target"]["uri"], r["request_id"]) for r in gw.records("request")] == \
+            [(uri, "listen-1") for uri in uris]
     finally:
         gw.stop()

@@ -126,22 +126,33 @@ class Resources:
         Only handshake-era upstreams can be subscribed to (``resources/subscribe``): bastion's own listen
         stream to a modern upstream carries list changes only, so their resources are not honoured. Each
         subscription it sends passes the limits as a ``resources/subscribe`` would; one refused is not honoured.
+
+        Every upstream subscription this sends is either honoured (the listen stream owns it and releases it when
+        it closes) or released here: one whose record could not be written (``audit.required``), and all of them
+        when the request ends before it returns (cancelled, or failed mid-way). Nobody would release them later:
+        the upstream would go on subscribed for a stream that never opened.
         """
         honoured: set[str] = set()
-        for uri in sorted(uris):
-            try:
-                public = await self._trail.run(scope, RESOURCES_SUBSCRIBE, rid, None,
-                                               functools.partial(self._listen_one, scope, uri))
-            except ProtocolError:
-                continue
-            if public is not None:
-                honoured.add(public)
+        sent: set[str] = set()
+        try:
+            for uri in sorted(uris):
+                try:
+                    public = await self._trail.run(scope, RESOURCES_SUBSCRIBE, rid, None,
+                                                   functools.partial(self._listen_one, scope, uri, sent))
+                except ProtocolError:
+                    continue
+                if public is not None:
+                    honoured.add(public)
+        except BaseException:
+            await self._release_owned(sent, set())
+            raise
+        await self._release_owned(sent - honoured, honoured)
         return frozenset(honoured)
 
-    async def _listen_one(self, scope: Scope, uri: str, facts: RequestFacts) -> str | None:
+    async def _listen_one(self, scope: Scope, uri: str, sent: set[str], facts: RequestFacts) -> str | None:
         """Subscribe upstream to one resource of a listen request (its public URI, honoured): its own ``request``
-        record, with the listen request's id. ``None``, and no record, for a resource on an upstream that cannot be
-        subscribed to (nothing was forwarded)."""
+        record, with the listen request's id; ``sent`` learns it once the upstream accepted it. ``None``, and no
+        record, for a resource on an upstream that cannot be subscribed to (nothing was forwarded)."""
         routed = self.route_visible(scope, uri, facts)
         if self._upstream_is_modern(routed.upstream):
             facts.recorded = False
@@ -149,7 +160,14 @@ class Resources:
         async with self.held(scope, RESOURCES_SUBSCRIBE, routed, facts):
             await self.gw.forward(routed.upstream, RESOURCES_SUBSCRIBE, {"uri": routed.original},
                                   on_message=relay(self.gw, scope, routed.upstream, None))
+            sent.add(routed.public)
         return routed.public
+
+    async def _release_owned(self, uris: set[str], still_wanted: set[str]) -> None:
+        """``release`` for subscriptions a listen request sent but will not own; it cannot fail the request."""
+        if uris:
+            with contextlib.suppress(Exception):
+                await self.release(uris, still_wanted)
 
     async def release(self, uris: Iterable[str], still_wanted: set[str]) -> None:
         """Unsubscribe upstream from resources nobody on this replica listens to any more (best effort)."""
@@ -162,7 +180,6 @@ class Resources:
             with contextlib.suppress(ProtocolError):
                 # Nobody's request: the listen streams that wanted it are gone.
                 await self.gw.forward(routed[0], RESOURCES_UNSUBSCRIBE, {"uri": routed[1]}, on_message=None)
-
 
     def _wanted_here(self, uri: str) -> bool:
         """Does a session or a listen stream of this replica still hold a subscription to this public URI?"""
