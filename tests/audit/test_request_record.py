@@ -120,3 +120,12 @@ def test_the_schema_names_the_same_stages_and_refuses_a_tool_call() -> None:
                          era=None, principal=None)
     with pytest.raises(AssertionError):
         assert_valid(doc)
+
+
+def test_a_request_let_through_uncounted_is_marked_as_a_call_is() -> None:
+    doc = request_record(at=0.0, method="prompts/get", target=PROMPT, stage="complete", total_ms=3.0,
+                         upstream_ms=2.0, error=None, result={"messages": []}, reason=None, request_id=7,
+                         session=None, era="modern", principal=ALICE, ratelimit_degraded=True)
+    assert_valid(doc)
+    assert doc["ratelimit_degraded"] is True
+    assert "ratelimit_degraded" not in build()  # present only when true, as in a tool.call record

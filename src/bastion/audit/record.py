@@ -452,10 +452,10 @@ def request_record(*, at: float, method: str, target: RequestTarget, stage: str,
                    upstream_ms: float | None, error: BaseException | None, result: Mapping[str, Any] | None,
                    reason: str | None, request_id: str | int | None, session: str | None, era: Era | None,
                    principal: Principal | None, client_info: Mapping[str, Any] | None = None,
-                   traceparent: str | None = None) -> dict[str, Any]:
+                   traceparent: str | None = None, ratelimit_degraded: bool = False) -> dict[str, Any]:
     """``request``: how one forwarded request other than ``tools/call`` ended, whatever the end, in the words of a
-    ``tool.call`` record (``decision``, ``outcome``, ``stage``, ``limit``, ``reason``, ``error``, ``latency_ms``);
-    ``result`` says how much went back (never what)."""
+    ``tool.call`` record (``decision``, ``outcome``, ``stage``, ``limit``, ``reason``, ``error``, ``latency_ms``,
+    ``ratelimit_degraded``); ``result`` says how much went back (never what)."""
     doc = _envelope("request", at, request_id=request_id, session=session, era=era, principal=principal,
                     client_info=client_info, traceparent=traceparent)
     outcome = request_outcome(stage, error)
@@ -468,6 +468,9 @@ def request_record(*, at: float, method: str, target: RequestTarget, stage: str,
                error=_error_summary(error),
                result=None if error is not None or result is None else _request_result_summary(result),
                latency_ms=_latency(total_ms, upstream_ms))
+    if ratelimit_degraded:
+        # Let through uncounted (the limiter's Redis failed, failure_mode open), as a tool.call record says.
+        doc["ratelimit_degraded"] = True
     return doc
 
 

@@ -41,7 +41,8 @@ class Admission:
         async with AsyncExitStack() as cleanup:
             if self._limits is not None:
                 try:
-                    await self._limits.admit(method, scope.principal.id, target, allowance, cleanup)
+                    facts.ratelimit_degraded = await self._limits.admit(method, scope.principal.id, target,
+                                                                        allowance, cleanup)
                 except RateLimited as exc:
                     self.gw.rate_limited(exc.limit)
                     raise

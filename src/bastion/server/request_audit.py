@@ -51,6 +51,8 @@ class RequestFacts:
     reason: str | None = None
     upstream_ms: float | None = None
     recorded: bool = True
+    # The limiter could not count it (its Redis failed) and let it through: ``failure_mode: open``.
+    ratelimit_degraded: bool = False
 
     def asked(self, *, name: str | None = None, uri: str | None = None) -> None:
         """The params were read: what the caller asked for, as it named it."""
@@ -100,7 +102,8 @@ class RequestAudit:
             upstream_ms=facts.upstream_ms, error=error, result=result, reason=facts.reason, request_id=rid,
             session=scope.session.id if scope.session is not None else None, era=scope.era,
             principal=scope.principal, client_info=scope.client_info,
-            traceparent=traceparent if traceparent is not None else scope.traceparent))
+            traceparent=traceparent if traceparent is not None else scope.traceparent,
+            ratelimit_degraded=facts.ratelimit_degraded))
 
 
 def refused_record(principal: Principal, method: str, params: Mapping[str, Any], rid: RequestId | None,
