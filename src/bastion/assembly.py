@@ -212,7 +212,8 @@ def build(settings: Settings) -> Components:
     request_guards, response_guards = guard_list(
         lambda: views.view, requests.gate, settings.catalogue.gate_timeout_s, holder, limiter, limits_cfg,
         validation_cfg, sanitize_cfg, flow_store, ApprovalGuard(approvals, on_outcome=metrics.approval_outcome))
-    auditor = CallAuditor(audit_log, metrics=metrics)
+    # Logged arguments pass the sanitizer's secret rules, as docs/audit.md says they do.
+    auditor = CallAuditor(audit_log, metrics=metrics, redact=sanitize_cfg.redact_text)
     audit_hook: AuditHook = auditor if holder is None else \
         FlowRecorder(auditor, lambda: holder.current, flow_store)
     # Off unless configured: then a no-op that never imports the OpenTelemetry SDK.
@@ -241,7 +242,7 @@ def build(settings: Settings) -> Components:
         metrics.upstream_health(member.upstream.name, monitor.status(member.upstream.name).state)
     gateway = Gateway(settings, store=store, live=live, views=views, pool=pool, pipeline=pipeline, changes=changes,
                       access=access, cleaner=cleaner, emit_audit=events.emit, tracing=tracing,
-                      forwarded_limits=ForwardedLimits(limiter, limits_cfg))
+                      forwarded_limits=ForwardedLimits(limiter, limits_cfg), redact_text=sanitize_cfg.redact_text)
     gateway.relay_dropped = metrics.relay_dropped
     gateway.rate_limited = metrics.ratelimit_rejected
 

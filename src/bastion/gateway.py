@@ -40,7 +40,8 @@ class Gateway:
                  pool: UpstreamPool, pipeline: Pipeline, changes: ChangeFeed[View], access: AccessControl | None = None,
                  cleaner: UpstreamTextCleaner | None = None,
                  emit_audit: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-                 tracing: Tracing = NO_TRACING, forwarded_limits: ForwardedLimits | None = None) -> None:
+                 tracing: Tracing = NO_TRACING, forwarded_limits: ForwardedLimits | None = None,
+                 redact_text: Callable[[str], str] | None = None) -> None:
         self.settings = settings
         self.store = store
         self.live = live
@@ -72,6 +73,9 @@ class Gateway:
         self.relay_dropped: DropHook = _no_drop
         # Writes one audit record that is not a tool call (tools/list…): ``AuditEvents.emit``.
         self.emit_audit: Callable[[dict[str, Any]], Awaitable[None]] = emit_audit or _discard
+        # The sanitizer's secret rules, applied to what a caller typed before an audit record keeps it
+        # (``SanitizeConfig.redact_text``); None: written as typed (gateways built without a sanitizer, in tests).
+        self.redact_text = redact_text
         # Spans for requests, stages and forwards (bastion.tracing).
         self.tracing = tracing
         # The limits of the forwarded requests other than tools/call (``server/admission.py``); None: unlimited,

@@ -129,3 +129,24 @@ def test_a_request_let_through_uncounted_is_marked_as_a_call_is() -> None:
     assert_valid(doc)
     assert doc["ratelimit_degraded"] is True
     assert "ratelimit_degraded" not in build()  # present only when true, as in a tool.call record
+
+
+def test_what_the_caller_typed_passes_the_redactor_and_a_failing_one_masks_it() -> None:
+    target = RequestTarget(uri="files+file:///k/SECRET", upstream="files", original="file:///k/SECRET")
+    error = InvalidParams("Resource not found: files+file:///k/SECRET")
+    doc = request_record(at=0.0, method="resources/read", target=target, stage="resolve", total_ms=1.0,
+                         upstream_ms=None, error=error, result=None, reason=None, request_id=1, session=None,
+                         era="modern", principal=ALICE, redact=lambda text: text.replace("SECRET", "[R]"))
+    assert_valid(doc)
+    assert (doc["target"]["uri"], doc["target"]["original"]) == ("files+file:///k/[R]", "file:///k/[R]")
+    assert doc["target"]["upstream"] == "files"  # a configured name, not typed by the caller
+    assert doc["error"]["message"] == doc["reason"] == "Resource not found: files+file:///k/[R]"
+
+    def broken(text: str) -> str:
+        raise RuntimeError("redactor bug")
+
+    doc = request_record(at=0.0, method="resources/read", target=target, stage="resolve", total_ms=1.0,
+                         upstream_ms=None, error=error, result=None, reason=None, request_id=1, session=None,
+                         era="modern", principal=ALICE, redact=broken)
+    assert_valid(doc)
+    assert "SECRET" not in orjson.dumps(doc).decode()

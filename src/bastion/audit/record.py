@@ -452,20 +452,29 @@ def request_record(*, at: float, method: str, target: RequestTarget, stage: str,
                    upstream_ms: float | None, error: BaseException | None, result: Mapping[str, Any] | None,
                    reason: str | None, request_id: str | int | None, session: str | None, era: Era | None,
                    principal: Principal | None, client_info: Mapping[str, Any] | None = None,
-                   traceparent: str | None = None, ratelimit_degraded: bool = False) -> dict[str, Any]:
+                   traceparent: str | None = None, ratelimit_degraded: bool = False,
+                   redact: Callable[[str], str] | None = None) -> dict[str, Any]:
     """``request``: how one forwarded request other than ``tools/call`` ended, whatever the end, in the words of a
     ``tool.call`` record (``decision``, ``outcome``, ``stage``, ``limit``, ``reason``, ``error``, ``latency_ms``,
-    ``ratelimit_degraded``); ``result`` says how much went back (never what)."""
+    ``ratelimit_degraded``); ``result`` says how much went back (never what).
+
+    A URI or name is what the caller typed (a template's URI is as free as a tool's arguments), and the error
+    message and reason quote it: each goes through ``redact`` (the sanitizer's secret rules) before it is
+    written, as logged arguments do, so the audit log never keeps a secret the caller put in a URI."""
     doc = _envelope("request", at, request_id=request_id, session=session, era=era, principal=principal,
                     client_info=client_info, traceparent=traceparent)
     outcome = request_outcome(stage, error)
+    summary = _error_summary(error)
+    if summary is not None and "message" in summary:
+        summary["message"] = _redacted(summary["message"], redact, _MAX_STRING)
+    why = reason if reason is not None else _error_reason(error)
     doc.update(method=_short(method),
-               target={"name": _short_or_none(target.name), "uri": _short_or_none(target.uri),
-                       "upstream": _short_or_none(target.upstream), "original": _short_or_none(target.original)},
+               target={"name": _redacted(target.name, redact), "uri": _redacted(target.uri, redact),
+                       "upstream": _short_or_none(target.upstream), "original": _redacted(target.original, redact)},
                decision=_DECISIONS[outcome], outcome=outcome, stage=_short(stage, 64),
                limit=_short_or_none(error.limit) if isinstance(error, RateLimited) else None,
-               reason=_short_or_none(reason, _MAX_STRING) if reason is not None else _error_reason(error),
-               error=_error_summary(error),
+               reason=_redacted(why, redact, _MAX_STRING),
+               error=summary,
                result=None if error is not None or result is None else _request_result_summary(result),
                latency_ms=_latency(total_ms, upstream_ms))
     if ratelimit_degraded:
@@ -770,6 +779,16 @@ def _short(value: Any, limit: int = _MAX_SHORT) -> str:
 
 def _short_or_none(value: Any, limit: int = _MAX_SHORT) -> str | None:
     return None if value is None else _short(value, limit)
+
+
+def _redacted(value: str | None, redact: Callable[[str], str] | None, limit: int = _MAX_SHORT) -> str | None:
+    """``value`` through ``redact``, then capped; masked whole when the redactor fails (it could not vet it)."""
+    if value is None or redact is None:
+        return _short_or_none(value, limit)
+    try:
+        return _short(redact(value), limit)
+    except Exception:
+        return _MASK
 
 
 def _unjsonable(value: Any) -> str:

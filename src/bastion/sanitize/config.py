@@ -154,6 +154,11 @@ class SanitizeConfig:
                         detail="some secret rules use syntax RE2 lacks and run on Python re (no ReDoS guarantee)")
         return cls(default, upstreams, tools)
 
+    def redact_text(self, text: str) -> str:
+        """``text`` with the secrets the default policy's rules find replaced (``[REDACTED:<rule-id>]``): what
+        the audit log applies to the text a client sent before writing it down (``bastion.audit.record``)."""
+        return self.default.redactor.redact(text)[0]
+
     def for_tool(self, upstream: str, tool: str) -> EffectiveSanitizePolicy:
         """The policy for ``tool`` (its upstream-side name) of ``upstream``: tool, then upstream, then default."""
         return self.tools.get((upstream, tool)) or self.upstreams.get(upstream) or self.default

@@ -103,11 +103,12 @@ class RequestAudit:
             session=scope.session.id if scope.session is not None else None, era=scope.era,
             principal=scope.principal, client_info=scope.client_info,
             traceparent=traceparent if traceparent is not None else scope.traceparent,
-            ratelimit_degraded=facts.ratelimit_degraded))
+            ratelimit_degraded=facts.ratelimit_degraded, redact=self.gw.redact_text))
 
 
 def refused_record(principal: Principal, method: str, params: Mapping[str, Any], rid: RequestId | None,
-                   error: BaseException, scope: Scope | None = None) -> dict[str, Any]:
+                   error: BaseException, scope: Scope | None = None,
+                   redact: Callable[[str], str] | None = None) -> dict[str, Any]:
     """The ``request`` record of a request the front door refused before the dispatcher saw it (its envelope or
     headers, its session, its body, an id already in flight): stage ``parse``, the target as the caller named it.
     Without the request's verified ``scope``, the era is read from the body and the session is not recorded."""
@@ -123,4 +124,4 @@ def refused_record(principal: Principal, method: str, params: Mapping[str, Any],
         era=scope.era if scope is not None else
         "modern" if isinstance(meta, Mapping) and PROTOCOL_VERSION_KEY in meta else "legacy",
         principal=principal, client_info=scope.client_info if scope is not None else None,
-        traceparent=scope.traceparent if scope is not None else None)
+        traceparent=scope.traceparent if scope is not None else None, redact=redact)

@@ -158,7 +158,8 @@ class Responder:
                 error = failed
         elif msg.method in AUDITED:
             try:
-                await self.gw.emit_audit(refused_record(scope.principal, msg.method, msg.params, msg.id, error, scope))
+                await self.gw.emit_audit(refused_record(scope.principal, msg.method, msg.params, msg.id, error, scope,
+                                                        self.gw.redact_text))
             except ProtocolError as failed:
                 error = failed
         return Answer.error(msg.id, error, 200)
@@ -206,7 +207,8 @@ class Responder:
         is read from the body, its session is not recorded (not verified). Another forwarded request gets its
         ``request`` record the same way."""
         if msg.kind == "request" and msg.method in AUDITED:
-            await self.gw.emit_audit(refused_record(principal, msg.method, msg.params, msg.id, exc))
+            await self.gw.emit_audit(refused_record(principal, msg.method, msg.params, msg.id, exc,
+                                                    redact=self.gw.redact_text))
             return
         if msg.kind != "request" or msg.method != TOOLS_CALL:
             return
@@ -226,7 +228,8 @@ class Responder:
             return
         params = jsonrpc.obj(body.get("params"))
         if body.get("method") in AUDITED:
-            await self.gw.emit_audit(refused_record(principal, body["method"], params, exc.request_id, exc))
+            await self.gw.emit_audit(refused_record(principal, body["method"], params, exc.request_id, exc,
+                                                    redact=self.gw.redact_text))
             return
         if body.get("method") != TOOLS_CALL:
             return
