@@ -27,6 +27,13 @@ def load_error(body: str, source: str = "policies/dev.yaml") -> ConfigError:
     (HEAD + "  - id: a\n    effect: allow\n    arguments:\n      path: {prefix: /x}\n", 6,
      "rules[0].arguments.path.prefix", "unknown key 'prefix'"),
     ("version: 1\nrulez: []\n", 2, "rulez", "unknown key 'rulez'"),
+    # A limit counting none of the requests for what its rule governs would never apply: refused, not ignored.
+    (HEAD + "  - id: a\n    effect: allow\n    prompts: ['*']\n    limits:\n"
+            "      - {name: x, rate: 1/hour, methods: [tools/call]}\n", 7, "rules[0].limits[0].methods",
+     "governs prompts, whose requests are completion/complete, prompts/get; a limit counting only tools/call"),
+    (HEAD + "  - id: a\n    effect: allow\n    tools: ['*']\n    concurrency:\n"
+            "      - {name: c, max: 1, methods: [resources/read, prompts/get]}\n", 7,
+     "rules[0].concurrency[0].methods", "governs tools, whose requests are tools/call"),
     (HEAD + "  - id: a\n    effect: allow\n    effect: deny\n", 5, "rules[0].effect", "duplicate key 'effect'"),
     (HEAD + "  - id: a\n    effect: alow\n", 4, "rules[0].effect", "'alow' is not one of"),
     (HEAD + "  - effect: allow\n", 3, "rules[0]", "missing required key: 'id'"),

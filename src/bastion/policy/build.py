@@ -20,6 +20,7 @@ from bastion.policy.names import (
     compile_uri_glob,
     is_safe_name,
 )
+from bastion.protocol import methods as m
 from bastion.ratelimit.model import ConcurrencySpec, RateLimitSpec, parse_methods, parse_rate
 from bastion.units import parse_duration
 from bastion.yamlfile import YamlDoc
@@ -27,6 +28,10 @@ from bastion.yamlfile import YamlDoc
 # One hour: beyond it a held call outlives any client's patience and any proxy's idle timeout.
 MAX_APPROVAL_TIMEOUT_S = 3600.0
 DEFAULT_APPROVAL_TIMEOUT_S = 120.0
+# The forwarded requests for each kind of thing a rule governs: a limit of the rule counts only these.
+_METHODS_OF = {"tool": (m.TOOLS_CALL,), "prompt": (m.PROMPTS_GET, m.COMPLETE),
+               "resource": (m.RESOURCES_READ, m.RESOURCES_SUBSCRIBE, m.RESOURCES_UNSUBSCRIBE, m.COMPLETE)}
+_KIND_WORDS = {"tool": "tools", "prompt": "prompts", "resource": "resources"}
 
 _KINDS: dict[str, Kind] = {"tools": "tool", "prompts": "prompt", "resources": "resource"}
 _ALLOW_ON_ANNOTATIONS = (
@@ -83,9 +88,9 @@ def build_rule(raw: Mapping[str, Any], path: str, doc: YamlDoc) -> Rule:
                         for name, spec in raw.get("arguments", {}).items()),
         prompts=_name_globs(raw["prompts"], f"{path}.prompts") if "prompts" in raw else None,
         resources=_uri_globs(raw["resources"], f"{path}.resources") if "resources" in raw else None,
-        limits=tuple(_limit(spec, f"{path}.limits[{i}]") for i, spec in enumerate(raw.get("limits", []))),
+        limits=tuple(_limit(spec, f"{path}.limits[{i}]", kinds) for i, spec in enumerate(raw.get("limits", []))),
         concurrency=tuple(ConcurrencySpec(name=spec["name"], scope=spec.get("per", "principal"), max=spec["max"],
-                                          methods=_methods(spec, f"{path}.concurrency[{i}]"))
+                                          methods=_methods(spec, f"{path}.concurrency[{i}]", kinds))
                           for i, spec in enumerate(raw.get("concurrency", []))),
         reveal=raw.get("reveal"),
         labels=frozenset(raw["labels"]) if "labels" in raw else None,
@@ -178,15 +183,23 @@ def _upstreams(raw: Sequence[str], path: str) -> frozenset[str]:
     return frozenset(raw)
 
 
-def _limit(raw: Mapping[str, Any], path: str) -> RateLimitSpec:
+def _limit(raw: Mapping[str, Any], path: str, kinds: frozenset[Kind]) -> RateLimitSpec:
     try:
         rate = parse_rate(raw["rate"])
     except ConfigError as exc:
         raise ConfigError(exc.message, path=f"{path}.rate") from None
     return RateLimitSpec(name=raw["name"], scope=raw.get("per", "principal"), rate=rate, burst=raw.get("burst"),
-                         methods=_methods(raw, path))
+                         methods=_methods(raw, path, kinds))
 
 
-def _methods(raw: Mapping[str, Any], path: str) -> frozenset[str] | None:
-    # The schema checked the shape; the one list of methods a limit may name is ``protocol.methods.FORWARDED``.
-    return parse_methods(raw.get("methods"), f"{path}.methods")
+def _methods(raw: Mapping[str, Any], path: str, kinds: frozenset[Kind]) -> frozenset[str] | None:
+    """The schema checked the shape; the one list of methods a limit may name is ``protocol.methods.FORWARDED``.
+    A limit that counts none of the requests for what its rule governs would never apply: refused, not ignored."""
+    methods = parse_methods(raw.get("methods"), f"{path}.methods")
+    governed = {method for kind in kinds for method in _METHODS_OF[kind]}
+    if methods is not None and not methods & governed:
+        what = " and ".join(_KIND_WORDS[k] for k in sorted(kinds))
+        raise ConfigError(f"methods: this rule governs {what}, whose requests are "
+                          f"{', '.join(sorted(governed))}; a limit counting only {', '.join(sorted(methods))} "
+                          "would never apply", path=f"{path}.methods")
+    return methods
