@@ -174,3 +174,29 @@ def test_a_listen_subscription_whose_record_cannot_be_written_is_released_upstre
             [(uri, "listen-1") for uri in uris]
     finally:
         gw.stop()
+
+
+def test_a_subscription_whose_record_cannot_be_written_does_not_stay(tmp_path: Path) -> None:
+    """A ``resources/subscribe`` answered -31005 (its record could not be written) is one the client was told
+    failed: the session does not keep it (a retry subscribes anew) and the upstream is released at once, not left
+    subscribed until the session ends. The session opens while the audit stream works; then Redis goes."""
+    received = tmp_path / "basic.jsonl"
+    received.touch()
+    server = RedisServer().start()
+    gw = GatewayProcess({"auth": "none", "redis": {"url": server.url},
+                         "upstreams": {"basic": stdio_upstream("tests.fixtures.basic_server", "--record",
+                                                               str(received))},
+                         "audit": {"sinks": ["stdout", {"redis_stream": "bastion:audit", "timeout_ms": 300}],
+                                   "required": True}}, tmp_path).start()
+    client = RpcClient(gw.url, version="2025-03-26")
+    try:
+        client.initialize()
+        server.kill()
+        answer = client.request("resources/subscribe", {"uri": "basic+memo://notes/a"})
+        assert answer["error"]["code"] == AUDIT_UNAVAILABLE, answer
+        upstream_saw = [orjson.loads(line) for line in received.read_text().splitlines()]
+        assert upstream_saw == [{"subscribe": "memo://notes/a"}, {"unsubscribe": "memo://notes/a"}]
+    finally:
+        client.close()
+        gw.stop()
+        server.stop()

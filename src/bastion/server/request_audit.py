@@ -53,6 +53,9 @@ class RequestFacts:
     recorded: bool = True
     # The limiter could not count it (its Redis failed) and let it through: ``failure_mode: open``.
     ratelimit_degraded: bool = False
+    # What takes back the body's lasting effect (a subscription) when its record cannot be written: the caller is
+    # answered -31005, so nothing it was told failed may go on taking effect.
+    undo: Callable[[], Awaitable[None]] | None = None
 
     def asked(self, *, name: str | None = None, uri: str | None = None) -> None:
         """The params were read: what the caller asked for, as it named it."""
@@ -90,8 +93,16 @@ class RequestAudit:
             raise
         if facts.recorded:
             facts.stage = "complete"
-            await self._emit(scope, facts, rid, traceparent, at, started, None,
-                             result if isinstance(result, dict) else None)
+            try:
+                await self._emit(scope, facts, rid, traceparent, at, started, None,
+                                 result if isinstance(result, dict) else None)
+            except AuditUnavailable:
+                if facts.undo is not None:
+                    try:
+                        await facts.undo()
+                    except Exception:
+                        log.warning("audit.undo_failed", method=facts.method, exc_info=True)
+                raise
         return result
 
     async def _emit(self, scope: Scope, facts: RequestFacts, rid: RequestId | None, traceparent: str | None,

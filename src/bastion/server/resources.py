@@ -102,8 +102,17 @@ class Resources:
         async with self.held(scope, RESOURCES_SUBSCRIBE, routed, facts):
             await self.gw.forward(routed.upstream, RESOURCES_SUBSCRIBE, {"uri": routed.original},
                                   on_message=relay(self.gw, scope, routed.upstream, None))
-        if scope.live is not None:
-            scope.live.subscriptions.add(routed.public)
+        live = scope.live
+        if live is not None and routed.public not in live.subscriptions:
+            live.subscriptions.add(routed.public)
+
+            async def undo() -> None:
+                # Unrecorded, answered -31005: the session does not hold it, and the upstream is released unless
+                # someone else here wants it.
+                live.subscriptions.discard(routed.public)
+                await self.release((routed.public,), set())
+
+            facts.undo = undo
         return {}
 
     async def unsubscribe(self, scope: Scope, params: SubscribeParams, facts: RequestFacts) -> dict[str, Any]:
