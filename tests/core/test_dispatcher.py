@@ -313,3 +313,27 @@ class Emitted:
 
     async def ask(self, method: str, params: dict[str, Any], *, timeout: float) -> dict[str, Any]:
         raise AssertionError(f"nothing in these tests asks the client ({method})")
+
+
+async def test_a_listen_request_cancelled_midway_releases_what_it_subscribed(core: Core) -> None:
+    """Subscriptions a listen request made upstream before it was cancelled belong to no stream: released at once,
+    not left subscribed for good."""
+    up = core.upstreams["notes"]
+    entered = asyncio.Event()
+
+    async def stuck(params: dict[str, Any], on_message: RelatedMessageHandler | None) -> dict[str, Any]:
+        entered.set()
+        await asyncio.sleep(3600)
+        return {}
+
+    up.script("resources/subscribe", "memo://notes/2", handler=stuck)
+    scope = build.client_scope()
+    listening = asyncio.create_task(core.dispatcher.listen_resources(
+        scope, ["notes+memo://notes/1", "notes+memo://notes/2"], "listen-1"))
+    await asyncio.wait_for(entered.wait(), 5)
+    assert up.subscriptions == {"memo://notes/1"}
+    listening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await listening
+    assert up.subscriptions == set()
+    assert ("resources/unsubscribe", {"uri": "memo://notes/1"}) in up.requests
