@@ -147,8 +147,10 @@ class Gateway:
         resolved, else the name as sent."""
         # The name as sent, made encodable: it becomes a metrics label too, and a lone surrogate there would break
         # the /metrics page, not just this record.
+        # The secret rules first: the caller typed it, and it is written down twice.
         entry = tool if isinstance(tool, ToolEntry) else ToolEntry(
-            public_name=printable(tool[:200]), upstream="", original_name="", definition={}, upstream_definition={})
+            public_name=printable(self._redacted(tool[:200])), upstream="", original_name="", definition={},
+            upstream_definition={})
         ctx = CallContext(request_id=self.call_ids.next(), principal=principal, tool=entry,
                           arguments=arguments if isinstance(arguments, dict) else {}, era=era,
                           session_id=session_id, client_info=dict(client_info) if client_info else None,
@@ -157,6 +159,15 @@ class Gateway:
         if arguments is not None and not isinstance(arguments, dict):
             record.audit_error = f"arguments were a JSON {type(arguments).__name__}, not an object: digest of {{}}"
         await self.pipeline.audit(ctx, record, outcome, None, 0.0, error=error)
+
+    def _redacted(self, text: str) -> str:
+        """``text`` through the secret rules (``redact_text``); masked whole when they fail."""
+        if self.redact_text is None:
+            return text
+        try:
+            return self.redact_text(text)
+        except Exception:
+            return "[REDACTED]"
 
     @property
     def unprefixed(self) -> Sequence[str]:

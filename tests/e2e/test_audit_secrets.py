@@ -67,3 +67,17 @@ def test_a_secret_in_a_resource_uri_is_redacted_in_its_request_records(gw: Gatew
     assert (read["target"]["uri"], read["target"]["original"]) == \
         (f"basic+memo://notes/{MASK}", f"memo://notes/{MASK}")
     assert any(r["error"] and MASK in r["error"]["message"] for r in records)
+
+
+def test_a_secret_in_an_unknown_tool_name_is_redacted_in_its_record_and_metrics(gw: GatewayProcess) -> None:
+    client = RpcClient(gw.url)
+    client.initialize()
+    try:
+        answer = client.call(f"x {TOKEN}", {"message": "m"})
+        assert "error" in answer or answer["result"].get("isError"), answer
+    finally:
+        client.close()
+    (record,) = [r for r in gw.records("tool.call") if MASK in r["tool"]["name"] or TOKEN in r["tool"]["name"]]
+    assert TOKEN not in orjson.dumps(record).decode(), record
+    assert record["tool"]["name"] == f"x {MASK}"
+    assert TOKEN not in httpx.get(gw.base + "/metrics", timeout=10).text

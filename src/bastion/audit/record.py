@@ -369,6 +369,13 @@ def call_record(
             # How long the call waited for its upstream's changed definitions to be checked (the refresh gate).
             doc["refresh_wait_ms"] = float(wait)
     doc["error"] = None if error is None else _error_summary(error)
+    if error is not None and redact is not None:
+        # An error's message may quote what the caller typed (an unknown tool's name): the secret rules first,
+        # as for logged arguments. Only refused or failed calls pay for it.
+        summary = doc["error"]
+        if summary is not None and "message" in summary:
+            summary["message"] = _redacted(summary["message"], redact, _MAX_STRING)
+        doc["reason"] = _redacted(doc["reason"], redact, _MAX_STRING)
     doc["arguments_digest"], note = _digest(arguments)
     if log_arguments:
         doc["arguments"] = _logged_arguments(arguments, redact)
