@@ -149,7 +149,7 @@ class Gateway:
         # the /metrics page, not just this record.
         # The secret rules first: the caller typed it, and it is written down twice.
         entry = tool if isinstance(tool, ToolEntry) else ToolEntry(
-            public_name=printable(self._redacted(tool[:200])), upstream="", original_name="", definition={},
+            public_name=self._redacted(printable(tool[:200])), upstream="", original_name="", definition={},
             upstream_definition={})
         ctx = CallContext(request_id=self.call_ids.next(), principal=principal, tool=entry,
                           arguments=arguments if isinstance(arguments, dict) else {}, era=era,

@@ -150,3 +150,18 @@ def test_what_the_caller_typed_passes_the_redactor_and_a_failing_one_masks_it() 
                          era="modern", principal=ALICE, redact=broken)
     assert_valid(doc)
     assert "SECRET" not in orjson.dumps(doc).decode()
+
+
+def test_a_lone_surrogate_is_made_encodable_before_the_redactor_reads_it() -> None:
+    """The secret rules read text: a lone surrogate the caller sent is replaced first, so the rest of the URI is
+    still recorded (and redacted), not masked whole for a redactor that could not encode it."""
+    def strict(text: str) -> str:
+        text.encode("utf-8")  # as RE2 does: a lone surrogate cannot be encoded
+        return text.replace("SECRET", "[R]")
+
+    target = RequestTarget(uri="files+file:///k/\ud800SECRET")
+    doc = request_record(at=0.0, method="resources/read", target=target, stage="resolve", total_ms=1.0,
+                         upstream_ms=None, error=None, result=None, reason=None, request_id=1, session=None,
+                         era="modern", principal=ALICE, redact=strict)
+    assert_valid(doc)
+    assert doc["target"]["uri"] == "files+file:///k/\ufffd[R]"

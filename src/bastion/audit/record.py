@@ -793,7 +793,8 @@ def _redacted(value: str | None, redact: Callable[[str], str] | None, limit: int
     if value is None or redact is None:
         return _short_or_none(value, limit)
     try:
-        return _short(redact(value), limit)
+        # Made encodable first: a lone surrogate is the caller's too, and the rules read text, not code points.
+        return _short(redact(printable(value)), limit)
     except Exception:
         return _MASK
 
